@@ -1,0 +1,1 @@
+"""infermax.csp."""

@@ -1,0 +1,20 @@
+"""infermax: LLM-inference scheduling — simulate heuristic schedulers, judge any
+schedule with one cost model, and compare against optimal schedules and bounds.
+
+    >>> import infermax
+    >>> r = infermax.simulate("fixed:I=64,O=32,B=256", scheduler="vllm")
+    >>> r.metrics["latency_s"] > 0
+    True
+"""
+from . import schedulers
+from .engine import SchedulerStuckError, SimResult, simulate
+from .metrics import metrics
+from .replay import replay
+from .schedulers import register_scheduler
+from .state import ScheduleError
+from .trace import Trace
+from .types import Batch, Limits, Request, Schedule, Workload
+
+__all__ = ["Batch", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
+           "Trace", "Workload", "metrics", "register_scheduler", "replay", "schedulers", "simulate"]
+__version__ = "0.1.0"

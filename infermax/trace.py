@@ -1,0 +1,104 @@
+"""Traces: what happened in each batch and to each request, as NumPy arrays.
+
+Both the simulator and `replay` build a Trace through a `TraceRecorder`; the
+invariant "replay(simulate(w, s)) reproduces the simulator" is `Trace.__eq__`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .state import ServingState
+
+BATCH_FIELDS = ("start_s", "duration_s", "num_requests", "num_tokens", "num_prefill_tokens",
+                "num_decode", "kv_tokens", "num_running", "num_evicted")
+REQUEST_FIELDS = ("id", "input_len", "output_len", "arrival_s", "first_scheduled_s",
+                  "first_token_s", "completion_s", "num_evictions", "refill_tokens")
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """Per-batch arrays (``batches``) and per-request arrays (``requests``).
+
+    Batch fields: start/duration (s); requests and tokens in the batch; prefill
+    tokens; decode requests; ``kv_tokens`` held during the batch; ``num_running``
+    requests holding KV during the batch; evictions before it.
+    """
+
+    batches: dict[str, np.ndarray]
+    requests: dict[str, np.ndarray]
+    M: int
+    cost_name: str
+
+    @property
+    def num_batches(self) -> int:
+        return int(self.batches["start_s"].size)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Trace):
+            return NotImplemented
+        same = all(np.array_equal(self.batches[k], other.batches[k]) for k in BATCH_FIELDS)
+        return same and all(np.array_equal(self.requests[k], other.requests[k], equal_nan=True)
+                            for k in REQUEST_FIELDS) and self.M == other.M
+
+    def diff(self, other: "Trace") -> list[str]:
+        """Names of the fields that differ (empty when equal)."""
+        out = [f"batches.{k}" for k in BATCH_FIELDS
+               if not np.array_equal(self.batches[k], other.batches[k])]
+        return out + [f"requests.{k}" for k in REQUEST_FIELDS
+                      if not np.array_equal(self.requests[k], other.requests[k], equal_nan=True)]
+
+    def batch_frame(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self.batches)
+        df.index.name = "batch"
+        df["end_s"] = df["start_s"] + df["duration_s"]
+        df["kv_utilization"] = df["kv_tokens"] / self.M
+        return df
+
+    def request_frame(self):
+        import pandas as pd
+
+        df = pd.DataFrame(self.requests)
+        df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+        df["e2e_s"] = df["completion_s"] - df["arrival_s"]
+        df["queueing_s"] = df["first_scheduled_s"] - df["arrival_s"]
+        gaps = (df["output_len"] - 1).where(df["output_len"] > 1)
+        df["tpot_s"] = (df["completion_s"] - df["first_token_s"]) / gaps
+        return df.set_index("id")
+
+
+class TraceRecorder:
+    """Accumulates batch records (cheap appends) and builds the Trace at the end."""
+
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+        self._durations: list[float] = []
+        self._records: list[tuple[int, ...]] = []
+
+    def add(self, start_s: float, duration_s: float, record: tuple[int, ...]) -> None:
+        self._starts.append(start_s)
+        self._durations.append(duration_s)
+        self._records.append(record)
+
+    def add_many(self, starts_s: np.ndarray, durations_s: np.ndarray, records: np.ndarray) -> None:
+        self._starts.extend(starts_s.tolist())
+        self._durations.extend(durations_s.tolist())
+        self._records.extend(map(tuple, records.tolist()))
+
+    def finish(self, state: ServingState) -> Trace:
+        rec = np.asarray(self._records, dtype=np.int64).reshape(-1, len(BATCH_FIELDS) - 2)
+        batches: dict[str, Any] = {"start_s": np.asarray(self._starts, dtype=np.float64),
+                                   "duration_s": np.asarray(self._durations, dtype=np.float64)}
+        for k, name in enumerate(BATCH_FIELDS[2:]):
+            batches[name] = rec[:, k].copy()
+        w = state.workload
+        requests = {"id": w.ids.copy(), "input_len": w.input_lens.copy(), "output_len": w.output_lens.copy(),
+                    "arrival_s": w.arrivals_s.copy(), "first_scheduled_s": state.first_scheduled_s.copy(),
+                    "first_token_s": state.first_token_s.copy(), "completion_s": state.completion_s.copy(),
+                    "num_evictions": state.num_evictions.copy(),
+                    "refill_tokens": state.refill_tokens.copy()}
+        return Trace(batches=batches, requests=requests, M=state.limits.M, cost_name=state.cost.name)

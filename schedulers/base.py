@@ -1,0 +1,61 @@
+"""The scheduler interface the engine drives (infermax.txt Algorithm 1, lines 1-7).
+
+Each step is one forward pass. The engine hands the scheduler the read-only
+``ServingState``; the scheduler answers with a ``Plan``: which requests process
+how many tokens, and which running requests are evicted first. The engine (not
+the scheduler) commits the plan through ``ServingState.apply``, which enforces
+every rule, so a scheduler can be wrong but never silently invalid.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from infermax.state import ServingState
+    from infermax.types import Workload
+
+
+class Plan(NamedTuple):
+    """One batch decision, by request *index*: ``idx[k]`` processes ``tokens[k]``."""
+
+    idx: np.ndarray
+    tokens: np.ndarray
+    evict: np.ndarray
+
+    @classmethod
+    def empty(cls) -> "Plan":
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z)
+
+
+class Scheduler(ABC):
+    """Decides the next batch from the serving state; never mutates it.
+
+    Subclasses implement :meth:`next_batch`; :meth:`reset` is called once per
+    run before the first batch (precompute orderings there).
+    """
+
+    name: str = "scheduler"
+
+    def priority_order(self, workload: "Workload") -> np.ndarray:
+        """Request indices from highest to lowest priority (default FCFS: arrival, then index)."""
+        return np.lexsort((np.arange(len(workload)), workload.arrivals_s))
+
+    def reset(self, state: "ServingState") -> None:
+        """Prepare for a run over ``state.workload`` (called once, before the first batch)."""
+
+    @abstractmethod
+    def next_batch(self, state: "ServingState") -> Plan:
+        """The next batch; an empty plan means "nothing can run until the next arrival"."""
+
+    def repeat_horizon(self, state: "ServingState", plan: Plan) -> int:
+        """How many more batches identical to ``plan`` (just applied) this scheduler would
+        choose next, barring arrivals — a promise that lets the engine fast-forward runs
+        of pure-decode batches. 0 (the default) means "ask me every batch"."""
+        return 0
+
+    def describe(self) -> dict:
+        return {"name": self.name}

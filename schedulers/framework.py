@@ -1,0 +1,333 @@
+"""The unified GetNextBatch framework (infermax.txt Algorithm 1, §3.1).
+
+GetNextBatch walks groups of candidates (hook 1, GroupRequests); skips a
+candidate whose phase differs from the batch's when hybrid batching is off
+(hook 2, CheckHybridBatching); admits it if the C / P / M / R_max budgets allow
+(hook 3, CanAllocate; a prefill may be cut to a chunk when chunked prefill is
+on); and otherwise evicts lower-priority running requests, skips the candidate,
+or moves to the next group (hook 4, GotoNextGroupOrEvict).
+
+Candidates are handled a *prefix at a time*: cumulative sums of the per-candidate
+token, prefill-token, memory and new-running needs find how many of the next
+candidates fit at once, so a decode batch of a hundred requests costs a handful
+of NumPy operations rather than a hundred Python iterations. Only the first
+candidate that does not fit is treated on its own — exactly what the sequential
+loop of Algorithm 1 would do with it.
+
+Memory (CanAllocate's M check) counts *reserved* KV tokens of running requests:
+``max(m, inp)`` (a prefill reserves its whole input at admission, as vLLM does)
+or, for eviction-free variants, ``I + O - 1`` reserved at admission.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from infermax.state import RUNNING, WAITING, ServingState
+
+from .base import Plan, Scheduler
+
+PREFILL, DECODE = 1, 2
+# what the members of a candidate group are (lets CanAllocate skip per-candidate work)
+DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, MIXED_GROUP = 0, 1, 2, 3
+_PHASE_OF = {DECODE_GROUP: DECODE, PREFILL_GROUP: PREFILL, WAITING_GROUP: PREFILL}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Policy:
+    """The knobs of Algorithm 1 that distinguish the schedulers of Table 1.
+
+    priority: "prefill" (waiting first, vLLM), "decode" (running decodes, then
+    running prefills, then waiting: Sarathi) or "rank" (one group ordered by
+    ``rank_key``). P: prefill tokens per batch (None = Limits.P). R_max: running
+    cap of the scheduler itself (None = Limits.R_max). skip_on_fail: a candidate
+    that cannot be allocated is skipped and the group goes on (otherwise the
+    group stops at it, FCFS head-of-line).
+    """
+
+    priority: Literal["prefill", "decode", "rank"]
+    hybrid: bool
+    chunked: bool
+    P: int | None = None
+    R_max: int | None = None
+    eviction_free: bool = False
+    rank_key: Literal["arrival", "input", "output"] = "arrival"
+    skip_on_fail: bool = False
+
+    def __post_init__(self) -> None:
+        if self.priority not in ("prefill", "decode", "rank"):
+            raise ValueError(f"Policy.priority must be prefill, decode or rank, got {self.priority!r}")
+        if self.rank_key not in ("arrival", "input", "output"):
+            raise ValueError(f"Policy.rank_key must be arrival, input or output, got {self.rank_key!r}")
+        for name in ("P", "R_max"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 1):
+                raise ValueError(f"Policy.{name} must be a positive integer or None, got {v!r}")
+
+
+class _Builder:
+    """Budgets and choices of the batch under construction (one per next_batch call)."""
+
+    __slots__ = ("C", "P", "mem", "run", "phase", "idx", "tok", "evicted", "stamp", "j")
+
+    def __init__(self, C: int, P: int, mem: int, run: int, stamp: np.ndarray, j: int) -> None:
+        self.C, self.P, self.mem, self.run = C, P, mem, run
+        self.phase = 0
+        self.idx: list[np.ndarray] = []
+        self.tok: list[np.ndarray] = []
+        self.evicted: list[int] = []
+        self.stamp, self.j = stamp, j   # stamp[i] == j: i is in this batch or evicted by it
+
+    def take(self, idx: np.ndarray, tok: np.ndarray, phase: int) -> None:
+        self.idx.append(idx)
+        self.tok.append(tok)
+        self.stamp[idx] = self.j
+        self.phase = self.phase or phase
+
+    def plan(self) -> Plan:
+        ev = np.asarray(self.evicted, dtype=np.int64)
+        if not self.idx:
+            return Plan(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), ev)
+        if len(self.idx) == 1:
+            return Plan(self.idx[0], self.tok[0], ev)
+        return Plan(np.concatenate(self.idx), np.concatenate(self.tok), ev)
+
+
+class GetNextBatch(Scheduler):
+    """A scheduler of the Algorithm 1 family, configured by a :class:`Policy`."""
+
+    def __init__(self, policy: Policy, name: str = "getnextbatch") -> None:
+        self.policy = policy
+        self.name = name
+
+    def describe(self) -> dict:
+        p = self.policy
+        return {"name": self.name, "priority": p.priority, "hybrid": p.hybrid, "chunked": p.chunked,
+                "P": p.P, "R_max": p.R_max, "eviction_free": p.eviction_free, "rank_key": p.rank_key}
+
+    # --- set-up -----------------------------------------------------------------
+    def priority_order(self, workload) -> np.ndarray:
+        tie = np.arange(len(workload))
+        key = {"arrival": None, "input": workload.input_lens, "output": workload.output_lens}[self.policy.rank_key]
+        if key is None:
+            return np.lexsort((tie, workload.arrivals_s))
+        return np.lexsort((tie, workload.arrivals_s, key))
+
+    def reset(self, state: ServingState) -> None:
+        n = state.num_requests
+        self._order = self.priority_order(state.workload)
+        self._pos = np.empty(n, dtype=np.int64)
+        self._pos[self._order] = np.arange(n)
+        self._stamp = np.full(n, -1, dtype=np.int64)
+        self._peak = state.input_lens + state.output_lens - 1
+        self._version = -1
+        lim, p = state.limits, self.policy
+        self._P = min(p.P, lim.P) if p.P is not None else lim.P
+        self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
+
+    def _sets(self, state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Running, waiting and both, in priority order (recomputed only on status changes)."""
+        if state.version != self._version:
+            st = state.status[self._order]
+            run, wait = st == RUNNING, st == WAITING
+            self._running, self._waiting = self._order[run], self._order[wait]
+            self._active = self._order[run | wait] if self.policy.priority == "rank" else None
+            self._version = state.version
+        return self._running, self._waiting, self._active
+
+    # --- hook 1: GroupRequests --------------------------------------------------------
+    def group_requests(self, state: ServingState) -> list[tuple[np.ndarray, int]]:
+        """Groups of candidates in priority order, each tagged with what its members are
+        (all decodes, all running prefills, all waiting, or mixed)."""
+        running, waiting, active = self._sets(state)
+        prio = self.policy.priority
+        if prio == "prefill":
+            return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked else DECODE_GROUP)]
+        if prio == "decode":
+            dec = state.m[running] >= state.inp[running]
+            return [(running[dec], DECODE_GROUP), (running[~dec], PREFILL_GROUP), (waiting, WAITING_GROUP)]
+        return [(active, MIXED_GROUP)]
+
+    # --- the loop ------------------------------------------------------------------------
+    def _reserved(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
+        if self.policy.eviction_free:
+            return self._peak[idx]
+        return np.maximum(state.m[idx], state.inp[idx])
+
+    def next_batch(self, state: ServingState) -> Plan:
+        running = self._sets(state)[0]
+        lim = state.limits
+        mem_free = lim.M - int(self._reserved(state, running).sum())
+        b = _Builder(lim.C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches)
+        for group, kind in self.group_requests(state):
+            if group.size:
+                if b.evicted:
+                    group = group[self._stamp[group] != b.j]
+                self._fill(state, b, group, kind)
+            if b.C == 0:
+                break
+        return b.plan()
+
+    def repeat_horizon(self, state: ServingState, plan: Plan) -> int:
+        """After a pure-decode batch of *every* running request with no status change, the
+        next batches repeat it until a request completes or (without reservations) the KV
+        slots run out: waiting candidates were refused for a reason that only gets worse
+        (less free KV, same C, P, R_max budgets and phase rule)."""
+        if plan.evict.size or state.version != self._version or plan.idx.size != self._running.size:
+            return 0
+        idx = plan.idx
+        if (state.m[idx] <= state.inp[idx]).any():   # a prefill completed in this batch
+            return 0
+        horizon = int((state.output_lens[idx] - state.gen[idx]).min()) - 1
+        if not self.policy.eviction_free:
+            free = state.limits.M - int(self._reserved(state, idx).sum())
+            horizon = min(horizon, free // idx.size)
+        return max(horizon, 0)
+
+    def _needs(self, state: ServingState, cand: np.ndarray):
+        """Per candidate: tokens wanted, decode?, prefill tokens, new KV reserved, newly running."""
+        m, inp = state.m[cand], state.inp[cand]
+        dec = m >= inp
+        tok = np.where(dec, 1, inp - m)
+        new = m == 0
+        if self.policy.eviction_free:
+            mem = np.where(new, self._peak[cand], 0)
+        else:
+            mem = np.where(dec, 1, np.where(new, inp, 0))
+        return tok, dec, np.where(dec, 0, tok), mem, new
+
+    def _need_one(self, state: ServingState, x: int) -> tuple[int, bool, int, int]:
+        """Scalar needs of one candidate: tokens, decode?, KV reserved, newly running."""
+        m, inp = int(state.m[x]), int(state.inp[x])
+        if m >= inp:
+            return 1, True, 0 if self.policy.eviction_free else 1, 0
+        new = m == 0
+        mem = (int(self._peak[x]) if self.policy.eviction_free else inp) if new else 0
+        return inp - m, False, mem, int(new)
+
+    def _prefix(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
+        """Hook 3, CanAllocate, for the longest prefix of ``rest`` that fits whole.
+
+        Returns (rest, k, tokens of the k, (Σtokens, Σprefill, Σmemory, Σnew), phase);
+        ``rest`` may shrink when hybrid batching is off (hook 2).
+        """
+        if kind == DECODE_GROUP:
+            per = 0 if self.policy.eviction_free else 1
+            k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
+            return rest, k, np.ones(k, dtype=np.int64), (k, 0, k * per, 0), DECODE
+        if kind == PREFILL_GROUP or kind == WAITING_GROUP:
+            inp = state.inp[rest]
+            tok = inp if kind == WAITING_GROUP else inp - state.m[rest]
+            cap = min(b.C, b.P)
+            if tok[0] > cap or (kind == WAITING_GROUP and (b.run < 1 or self._head_mem(tok, rest) > b.mem)):
+                return rest, 0, tok[:0], (0, 0, 0, 0), PREFILL
+            c_tok = np.cumsum(tok)
+            k = int(np.searchsorted(c_tok, cap, "right"))
+            mem = 0
+            if kind == WAITING_GROUP:
+                c_mem = np.cumsum(self._peak[rest]) if self.policy.eviction_free else c_tok
+                k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
+                mem = int(c_mem[k - 1]) if k else 0
+            used = int(c_tok[k - 1]) if k else 0
+            return rest, k, tok[:k], (used, used, mem, k if kind == WAITING_GROUP else 0), PREFILL
+        tok, dec, pf, mem, new = self._needs(state, rest)
+        if not self.policy.hybrid:  # hook 2: CheckHybridBatching — other-phase candidates are skipped
+            keep = dec == ((b.phase or (DECODE if dec[0] else PREFILL)) == DECODE)
+            if not keep.all():
+                rest, tok, dec, pf, mem, new = rest[keep], tok[keep], dec[keep], pf[keep], mem[keep], new[keep]
+                if not rest.size:
+                    return rest, 0, tok, (0, 0, 0, 0), 0
+        c_tok, c_pf, c_mem, c_new = np.cumsum(tok), np.cumsum(pf), np.cumsum(mem), np.cumsum(new)
+        fits = (c_tok <= b.C) & (c_pf <= b.P) & (c_mem <= b.mem) & (c_new <= b.run)
+        k = rest.size if fits.all() else int(np.argmin(fits))
+        if not k:
+            return rest, 0, tok[:0], (0, 0, 0, 0), 0
+        last = k - 1
+        totals = (int(c_tok[last]), int(c_pf[last]), int(c_mem[last]), int(c_new[last]))
+        return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
+
+    def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
+        return int(self._peak[rest[0]]) if self.policy.eviction_free else int(tok[0])
+
+    def _fill(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int) -> None:
+        pol = self.policy
+        while rest.size and b.C > 0:
+            if not pol.hybrid and b.phase and kind != MIXED_GROUP and b.phase != _PHASE_OF[kind]:
+                return  # hook 2: the whole group is of the other phase
+            rest, k, tok, (d_tok, d_pf, d_mem, d_new), phase = self._prefix(state, b, rest, kind)
+            if k:
+                b.take(rest[:k], tok, phase)
+                b.C, b.P, b.mem, b.run = b.C - d_tok, b.P - d_pf, b.mem - d_mem, b.run - d_new
+            if k == rest.size:
+                return
+            x = int(rest[k])
+            rest = rest[k + 1:]
+            tx, dx, mx, nx = self._need_one(state, x)
+            # hook 4: GotoNextGroupOrEvict
+            if mx > b.mem and dx and not pol.eviction_free:
+                rest = self._evict_for(state, b, x, mx, rest)
+                continue
+            if mx <= b.mem and nx <= b.run and not dx and pol.chunked:
+                chunk = min(tx, b.C, b.P)
+                if chunk >= 1:
+                    b.take(np.array([x]), np.array([chunk]), PREFILL)
+                    b.C, b.P, b.mem, b.run = b.C - chunk, b.P - chunk, b.mem - mx, b.run - nx
+            if not pol.skip_on_fail:
+                return
+            rest = self._feasible_alone(state, b, rest)
+
+    def _feasible_alone(self, state: ServingState, b: _Builder, rest: np.ndarray) -> np.ndarray:
+        """Skip mode: drop candidates that could not be allocated even alone (decodes may evict)."""
+        if not rest.size:
+            return rest
+        tok, dec, pf, mem, new = self._needs(state, rest)
+        if self.policy.chunked:
+            ok = np.where(dec, b.C >= 1, min(b.C, b.P) >= 1)
+        else:
+            ok = (tok <= b.C) & (pf <= b.P)
+        ok &= (mem <= b.mem) & (new <= b.run)
+        if not self.policy.eviction_free:
+            ok |= dec & (b.C >= 1)
+        return rest[ok]
+
+    def _evict_for(self, state: ServingState, b: _Builder, x: int, need: int, rest: np.ndarray) -> np.ndarray:
+        """Evict lowest-priority running requests (not in the batch) until ``x`` fits; else ``x`` itself.
+
+        Returns the remaining candidates, with ``x`` first again when it can now be allocated.
+        """
+        running = self._sets(state)[0]
+        victims = running[(self._pos[running] > self._pos[x]) & (b.stamp[running] != b.j)][::-1]
+        freed = np.cumsum(self._reserved(state, victims))
+        short = need - b.mem
+        if victims.size and freed[-1] >= short:
+            v = int(np.searchsorted(freed, short)) + 1
+            chosen, gain, retry = victims[:v], int(freed[v - 1]), True
+        else:
+            chosen, gain, retry = np.append(victims, x), int(freed[-1]) if victims.size else 0, False
+            gain += int(self._reserved(state, np.array([x]))[0])
+        b.evicted.extend(chosen.tolist())
+        b.stamp[chosen] = b.j
+        b.mem += gain
+        b.run += chosen.size
+        rest = rest[b.stamp[rest] != b.j]
+        return np.concatenate(([x], rest)) if retry else rest
+
+
+def register_family(name: str, doc: str, **policy) -> None:
+    """Register ``name`` and its eviction-free variant ``name-ef`` (reserves I+O-1 at admission).
+
+    Both accept ``R_max`` and ``P`` options (e.g. ``get_scheduler("vllm", R_max=128)``).
+    """
+    from .registry import register_scheduler
+
+    default_P = policy.pop("P", None)
+    for ef in (False, True):
+        full = f"{name}-ef" if ef else name
+
+        def factory(R_max: int | None = None, P: int | None = default_P, _ef: bool = ef,
+                    _name: str = full) -> GetNextBatch:
+            return GetNextBatch(Policy(**policy, P=P, R_max=R_max, eviction_free=_ef), name=_name)
+
+        register_scheduler(full, doc + (" — eviction-free: reserves I+O-1 at admission" if ef else ""))(factory)

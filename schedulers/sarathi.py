@@ -1,0 +1,18 @@
+"""Sarathi and its variants (infermax.txt Table 1): decodes first.
+
+Groups: running decodes, running (partially prefilled) requests, waiting
+requests. Decodes that cannot get a KV slot evict lowest-priority running
+requests. Variants: P=512 with chunked prefill and hybrid batches (Sarathi),
+P=C (sarathi-pc), no chunked prefill (sarathi-nocp), no hybrid batches and no
+chunked prefill (sarathi-nohy).
+"""
+from .framework import register_family
+
+register_family("sarathi", "Sarathi: decode priority, hybrid batching, chunked prefill, P=512",
+                priority="decode", hybrid=True, chunked=True, P=512)
+register_family("sarathi-pc", "Sarathi P=C: decode priority, hybrid batching, chunked prefill, P=C",
+                priority="decode", hybrid=True, chunked=True)
+register_family("sarathi-nocp", "Sarathi-nocp: decode priority, hybrid batching, no chunked prefill, P=C",
+                priority="decode", hybrid=True, chunked=False)
+register_family("sarathi-nohy", "Sarathi-nohy: decode priority, no hybrid batching, no chunked prefill, P=C",
+                priority="decode", hybrid=False, chunked=False)
