@@ -1,0 +1,163 @@
+"""The per-operator linear batch-time model (infermax.txt §3.2), in seconds.
+
+For a batch with N = Σc tokens, decode KV read K = Σ_decode (m + c) and
+prefill attention work W = Σ_prefill c·(m + c):
+
+    t = max_k (a_k + b_k · N)                         non-attention  (nonattn_lines = ((a_k, b_k), ...))
+      + [any decode]  (decode_bias_s  + decode_kv_s    · K)            decode attention
+      + [any prefill] (prefill_bias_s + prefill_attn_s · W
+                                      + prefill_token_s · Σ_prefill c) prefill attention
+
+``[any decode]`` is 1 when the batch holds a decode-phase request (a per-batch
+indicator bias). The non-attention term is convex piecewise-linear in N (a max
+of a few lines: small batches are bound by reading the weights, large ones by
+FLOPs), which an LP/MILP encodes exactly with one epigraph variable t_na ≥
+a_k + b_k·N per line. ``prefill_token_s`` is an optional extra feature (a
+per-prefill-token attention cost); the default model leaves it 0 so that the
+model depends only on (N, K, W) and the two indicators.
+
+The default coefficients are the fit to Vidur's A100 + Llama-2-7B
+measurements (`infermax.costmodel.catalog`, ``data/fitted/a100_llama2-7b.json``;
+a test re-fits them from the packaged profile).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .base import CostModel
+
+FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K) + "
+           "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P); N = sum c, "
+           "K = sum_decode (m+c), W = sum_prefill c*(m+c), P = sum_prefill c; (a_k, b_k) = nonattn_lines; seconds")
+
+# A100-80G + Llama-2-7B, TP 1, fitted from the packaged Vidur profile (see catalog.py);
+# tests/costmodel check these equal data/fitted/a100_llama2-7b.json and a fresh re-fit.
+_DEFAULT = dict(
+    nonattn_lines=((8.209478734e-03, 4.5095707e-05), (1.788808548e-03, 6.4566386e-05)),
+    decode_bias_s=7.12447549e-04, decode_kv_s=2.62155394e-07,
+    prefill_bias_s=8.63573218e-04, prefill_attn_s=5.30278858e-09, prefill_token_s=0.0,
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LinearCoefficients:
+    """Coefficients of the linear model: biases in s, slopes in s per token (or per token²)."""
+
+    nonattn_lines: tuple[tuple[float, float], ...] = _DEFAULT["nonattn_lines"]
+    decode_bias_s: float = _DEFAULT["decode_bias_s"]
+    decode_kv_s: float = _DEFAULT["decode_kv_s"]
+    prefill_bias_s: float = _DEFAULT["prefill_bias_s"]
+    prefill_attn_s: float = _DEFAULT["prefill_attn_s"]
+    prefill_token_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        lines = self.nonattn_lines
+        if not isinstance(lines, (tuple, list)) or not lines:
+            raise ValueError(f"LinearCoefficients.nonattn_lines must be a non-empty sequence of (bias_s, per_token_s), "
+                             f"got {lines!r}")
+        try:
+            normalised = tuple((float(a), float(b)) for a, b in lines)
+        except (TypeError, ValueError):
+            raise ValueError(f"LinearCoefficients.nonattn_lines must hold (bias_s, per_token_s) pairs, got {lines!r}") \
+                from None
+        object.__setattr__(self, "nonattn_lines", normalised)
+        values = [("nonattn_lines", v) for line in normalised for v in line]
+        values += [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "nonattn_lines"]
+        for name, value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"LinearCoefficients.{name} must be a finite number >= 0, got {value!r}")
+
+    @classmethod
+    def default(cls) -> "LinearCoefficients":
+        """A100-80G + Llama-2-7B, fitted from Vidur's measurements (see module docstring)."""
+        return cls()
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LinearCoefficients":
+        """Build from a dict; the older (floor, bias, token) form maps to two lines."""
+        data = dict(data)
+        if "nonattn_floor_s" in data:
+            floor, bias, tok = (data.pop(k) for k in ("nonattn_floor_s", "nonattn_bias_s", "nonattn_token_s"))
+            data["nonattn_lines"] = ((floor, 0.0), (bias, tok))
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"LinearCoefficients: unknown field(s) {', '.join(sorted(unknown))}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["nonattn_lines"] = [list(line) for line in self.nonattn_lines]
+        return out
+
+    # --- the three terms, vectorised (used by fitting, evaluation and bounds) ---------
+    def nonattention_s(self, num_tokens: np.ndarray | float) -> np.ndarray:
+        n = np.asarray(num_tokens, dtype=np.float64)
+        return np.max([a + b * n for a, b in self.nonattn_lines], axis=0)
+
+    def decode_s(self, kv_read: np.ndarray | float) -> np.ndarray:
+        """Decode attention of a batch (> 0 decode requests) reading ``kv_read`` KV tokens."""
+        return self.decode_bias_s + self.decode_kv_s * np.asarray(kv_read, dtype=np.float64)
+
+    def prefill_s(self, work: np.ndarray | float, prefill_tokens: np.ndarray | float = 0.0) -> np.ndarray:
+        """Prefill attention of a batch (> 0 prefill requests) with Σc(m+c) = ``work``."""
+        return (self.prefill_bias_s + self.prefill_attn_s * np.asarray(work, dtype=np.float64)
+                + self.prefill_token_s * np.asarray(prefill_tokens, dtype=np.float64))
+
+
+class LinearCostModel(CostModel):
+    """Batch time from the per-operator linear model; see the module docstring."""
+
+    def __init__(self, coefficients: LinearCoefficients | None = None, name: str = "linear",
+                 description: str = "") -> None:
+        self.coefficients = coefficients or LinearCoefficients.default()
+        self.name = name
+        self.description = description
+        k = self.coefficients
+        # unpacked once: batch_time runs once per simulated batch
+        self._k = (k.nonattn_lines, k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s,
+                   k.prefill_token_s)
+
+    def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok = self._k
+        num_tokens = float(tokens.sum())
+        t = max(a + b * num_tokens for a, b in lines)
+        kv = kv_before + tokens
+        num_decode = int(np.count_nonzero(is_decode))
+        if num_decode:
+            t += d_bias + d_kv * float(kv[is_decode].sum())
+        if num_decode < tokens.size:
+            pf = ~is_decode
+            c = tokens[pf]
+            t += p_bias + p_attn * float(np.dot(c, kv[pf]))
+            if p_tok:
+                t += p_tok * float(c.sum())
+        return float(t)
+
+    def describe(self) -> dict[str, Any]:
+        out = {"name": self.name, "kind": "linear", "formula": FORMULA, "coefficients": self.coefficients.to_dict()}
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.describe(), indent=2)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text_or_path: str | Path) -> "LinearCostModel":
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text_or_path).read_text()
+        data = json.loads(text)
+        if data.get("kind") != "linear":
+            raise ValueError(f"cost model JSON kind must be 'linear', got {data.get('kind')!r}")
+        return cls(LinearCoefficients.from_dict(data["coefficients"]), name=data.get("name", "linear"),
+                   description=data.get("description", ""))
