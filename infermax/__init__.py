@@ -15,6 +15,19 @@ from .state import ScheduleError
 from .trace import Trace
 from .types import Batch, Limits, Request, Schedule, Workload
 
-__all__ = ["Batch", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
+__all__ = ["Batch", "Bound", "OptimalResult", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
            "Trace", "Workload", "metrics", "register_scheduler", "replay", "schedulers", "simulate"]
 __version__ = "0.1.0"
+
+_LAZY = {"solve_optimal": "infermax.csp", "OptimalResult": "infermax.csp",
+         "lower_bound": "infermax.bounds", "Bound": "infermax.bounds",
+         "check_scheduler": "infermax.bounds"}
+
+
+def __getattr__(name: str):
+    """Solver-backed names load on first use (the solvers are optional extras)."""
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'infermax' has no attribute {name!r}")

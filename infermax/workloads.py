@@ -182,7 +182,14 @@ def _count(name: str):
 
 
 def workload_from_spec(spec: str) -> Workload:
-    """Parse a workload spec string (see the module docstring)."""
+    """Parse a workload spec string (see the module docstring); a ``.json`` path loads a saved workload."""
+    if isinstance(spec, str) and spec.endswith(".json") and ":" not in spec.split("/")[0]:
+        path = Path(spec)
+        if not path.exists():
+            raise ValueError(f"workload file {spec!r} does not exist")
+        import json
+
+        return Workload.from_dict(json.loads(path.read_text()))
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"workload spec must look like KIND:OPTIONS (fixed:, mix:, trace:), got {spec!r}")
     kind, rest = spec.split(":", 1)

@@ -126,6 +126,14 @@ class GetNextBatch(Scheduler):
         lim, p = state.limits, self.policy
         self._P = min(p.P, lim.P) if p.P is not None else lim.P
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
+        if not p.chunked:
+            cap = min(lim.C, self._P)
+            too_long = np.flatnonzero(state.input_lens > cap)
+            if too_long.size:
+                i = int(too_long[0])
+                raise ValueError(f"scheduler {self.name!r} has no chunked prefill, but request "
+                                 f"{int(state.workload.ids[i])} has {int(state.input_lens[i])} prompt tokens > "
+                                 f"min(C = {lim.C}, P = {self._P}); raise C/P or use a chunked scheduler")
 
     def _sets(self, state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Running, waiting and both, in priority order (recomputed only on status changes)."""

@@ -1,0 +1,6 @@
+"""``python -m infermax`` runs the CLI."""
+import sys
+
+from .cli import main
+
+sys.exit(main())
