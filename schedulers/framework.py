@@ -28,6 +28,7 @@ import numpy as np
 from infermax.state import RUNNING, WAITING, ServingState
 
 from .base import Plan, Scheduler
+from .lookahead import admit_prefix, future_profile, ramps, stagger_gap
 
 PREFILL, DECODE = 1, 2
 # what the members of a candidate group are (lets CanAllocate skip per-candidate work)
@@ -44,7 +45,9 @@ class Policy:
     ``rank_key``). P: prefill tokens per batch (None = Limits.P). R_max: running
     cap of the scheduler itself (None = Limits.R_max). skip_on_fail: a candidate
     that cannot be allocated is skipped and the group goes on (otherwise the
-    group stops at it, FCFS head-of-line).
+    group stops at it, FCFS head-of-line). lookahead: admit a waiting request only
+    if the predicted future KV of all running requests stays within M (see
+    :mod:`.lookahead`).
     """
 
     priority: Literal["prefill", "decode", "rank"]
@@ -55,12 +58,15 @@ class Policy:
     eviction_free: bool = False
     rank_key: Literal["arrival", "input", "output"] = "arrival"
     skip_on_fail: bool = False
+    lookahead: bool = False
 
     def __post_init__(self) -> None:
         if self.priority not in ("prefill", "decode", "rank"):
             raise ValueError(f"Policy.priority must be prefill, decode or rank, got {self.priority!r}")
         if self.rank_key not in ("arrival", "input", "output"):
             raise ValueError(f"Policy.rank_key must be arrival, input or output, got {self.rank_key!r}")
+        if self.lookahead and (self.priority == "rank" or self.eviction_free):
+            raise ValueError("Policy.lookahead needs priority prefill or decode and eviction_free=False")
         for name in ("P", "R_max"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
@@ -70,7 +76,8 @@ class Policy:
 class _Builder:
     """Budgets and choices of the batch under construction (one per next_batch call)."""
 
-    __slots__ = ("C", "P", "mem", "run", "phase", "idx", "tok", "evicted", "stamp", "j")
+    __slots__ = ("C", "P", "mem", "run", "phase", "idx", "tok", "evicted", "stamp", "j", "profile",
+                 "future_refusal")
 
     def __init__(self, C: int, P: int, mem: int, run: int, stamp: np.ndarray, j: int) -> None:
         self.C, self.P, self.mem, self.run = C, P, mem, run
@@ -79,6 +86,8 @@ class _Builder:
         self.tok: list[np.ndarray] = []
         self.evicted: list[int] = []
         self.stamp, self.j = stamp, j   # stamp[i] == j: i is in this batch or evicted by it
+        self.profile: np.ndarray | None = None   # look-ahead KV profile, built on first use
+        self.future_refusal = False              # a candidate was refused for a *future* overflow
 
     def take(self, idx: np.ndarray, tok: np.ndarray, phase: int) -> None:
         self.idx.append(idx)
@@ -123,6 +132,8 @@ class GetNextBatch(Scheduler):
         self._stamp = np.full(n, -1, dtype=np.int64)
         self._peak = state.input_lens + state.output_lens - 1
         self._version = -1
+        self._last_admit = -(1 << 40)
+        self._future_refusal = False
         lim, p = state.limits, self.policy
         self._P = min(p.P, lim.P) if p.P is not None else lim.P
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
@@ -176,6 +187,7 @@ class GetNextBatch(Scheduler):
                 self._fill(state, b, group, kind)
             if b.C == 0:
                 break
+        self._future_refusal = b.future_refusal
         return b.plan()
 
     def repeat_horizon(self, state: ServingState, plan: Plan) -> int:
@@ -183,7 +195,8 @@ class GetNextBatch(Scheduler):
         next batches repeat it until a request completes or (without reservations) the KV
         slots run out: waiting candidates were refused for a reason that only gets worse
         (less free KV, same C, P, R_max budgets and phase rule)."""
-        if plan.evict.size or state.version != self._version or plan.idx.size != self._running.size:
+        if (plan.evict.size or state.version != self._version or plan.idx.size != self._running.size
+                or self._future_refusal):
             return 0
         idx = plan.idx
         if (state.m[idx] <= state.inp[idx]).any():   # a prefill completed in this batch
@@ -237,6 +250,8 @@ class GetNextBatch(Scheduler):
             if kind == WAITING_GROUP:
                 c_mem = np.cumsum(self._peak[rest]) if self.policy.eviction_free else c_tok
                 k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
+                if k and self.policy.lookahead:
+                    k = self._lookahead(state, b, rest[:k])
                 mem = int(c_mem[k - 1]) if k else 0
             used = int(c_tok[k - 1]) if k else 0
             return rest, k, tok[:k], (used, used, mem, k if kind == WAITING_GROUP else 0), PREFILL
@@ -255,6 +270,32 @@ class GetNextBatch(Scheduler):
         last = k - 1
         totals = (int(c_tok[last]), int(c_pf[last]), int(c_mem[last]), int(c_new[last]))
         return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
+
+    def _lookahead(self, state: ServingState, b: _Builder, cand: np.ndarray) -> int:
+        """How many of ``cand`` (waiting, in order) keep the predicted KV within M in every future batch.
+
+        Admissions are also staggered: one per ``gap`` batches, where ``gap`` spreads the
+        ages of the running requests evenly over their output length, so that completions
+        (and the KV they free) arrive steadily instead of in waves.
+        """
+        gap = stagger_gap(state, int(cand[0])) if self._sets(state)[0].size else 0
+        if gap > 1:
+            if b.j - self._last_admit < gap:
+                b.future_refusal = True
+                return 0
+            cand = cand[:1]
+        if b.profile is None:
+            running = self._sets(state)[0]
+            running = running[~np.isin(running, b.evicted)] if b.evicted else running
+            base, f, r = ramps(state, running, self._P)
+            horizon = int(max(r.max(initial=0), (state.output_lens[cand] + state.inp[cand]).max()))
+            b.profile = future_profile(base, f, r, horizon + 1)
+        q = admit_prefix(b.profile, *ramps(state, cand, self._P), state.limits.M)
+        if q < cand.size or gap > 1:
+            b.future_refusal = True
+        if q:
+            self._last_admit = b.j
+        return q
 
     def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
         return int(self._peak[rest[0]]) if self.policy.eviction_free else int(tok[0])
@@ -279,6 +320,8 @@ class GetNextBatch(Scheduler):
                 continue
             if mx <= b.mem and nx <= b.run and not dx and pol.chunked:
                 chunk = min(tx, b.C, b.P)
+                if chunk >= 1 and nx and pol.lookahead:
+                    chunk *= self._lookahead(state, b, np.array([x]))
                 if chunk >= 1:
                     b.take(np.array([x]), np.array([chunk]), PREFILL)
                     b.C, b.P, b.mem, b.run = b.C - chunk, b.P - chunk, b.mem - mx, b.run - nx
@@ -323,19 +366,23 @@ class GetNextBatch(Scheduler):
         return np.concatenate(([x], rest)) if retry else rest
 
 
-def register_family(name: str, doc: str, **policy) -> None:
-    """Register ``name`` and its eviction-free variant ``name-ef`` (reserves I+O-1 at admission).
+def register_family(name: str, doc: str, lookahead: bool = True, **policy) -> None:
+    """Register ``name``, its eviction-free variant ``name-ef`` (reserves I+O-1 at admission)
+    and, unless ``lookahead=False``, its look-ahead variant ``name-la``.
 
     Both accept ``R_max`` and ``P`` options (e.g. ``get_scheduler("vllm", R_max=128)``).
     """
     from .registry import register_scheduler
 
     default_P = policy.pop("P", None)
-    for ef in (False, True):
-        full = f"{name}-ef" if ef else name
+    variants = {"": {}, "-ef": {"eviction_free": True}, **({"-la": {"lookahead": True}} if lookahead else {})}
+    notes = {"": "", "-ef": " — eviction-free: reserves I+O-1 at admission",
+             "-la": " — look-ahead admission: no future KV overflow"}
+    for suffix, extra in variants.items():
+        full = name + suffix
 
-        def factory(R_max: int | None = None, P: int | None = default_P, _ef: bool = ef,
+        def factory(R_max: int | None = None, P: int | None = default_P, _extra: dict = extra,
                     _name: str = full) -> GetNextBatch:
-            return GetNextBatch(Policy(**policy, P=P, R_max=R_max, eviction_free=_ef), name=_name)
+            return GetNextBatch(Policy(**policy, **_extra, P=P, R_max=R_max), name=_name)
 
-        register_scheduler(full, doc + (" — eviction-free: reserves I+O-1 at admission" if ef else ""))(factory)
+        register_scheduler(full, doc + notes[suffix])(factory)

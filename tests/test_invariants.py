@@ -36,7 +36,7 @@ def test_replay_reproduces_simulation(name, inst):
     assert np.array_equal(processed, expected)
 
 
-@pytest.mark.parametrize("name", ["vllm", "sarathi", "sarathi-nohy-ef", "rank-i", "vllm-hy-ef"])
+@pytest.mark.parametrize("name", ["vllm", "sarathi", "sarathi-nohy-ef", "rank-i", "vllm-hy-ef", "sarathi-la", "vllm-la"])
 @settings(max_examples=20, deadline=None)
 @given(inst=small_instances(max_requests=16, max_len=60))
 def test_fast_forward_changes_nothing(name, inst):
