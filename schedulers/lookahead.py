@@ -13,6 +13,8 @@ valid.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -65,8 +67,10 @@ def stagger_gap(state, head: int) -> int:
     """Batches between admissions that spread request ages evenly.
 
     A full cache of requests like ``head`` holds about n = M / (I + O/2) of them when
-    their ages are spread over [0, O); admitting one every O / n batches keeps it so.
+    their ages are spread over [0, O); admitting one every ⌈O / n⌉ batches keeps it so
+    (rounding up: admitting faster than completions free KV only bunches requests
+    behind the look-ahead check).
     """
     out_left = int(state.output_lens[head] - state.gen[head])
     target = state.limits.M / (int(state.inp[head]) + out_left / 2)
-    return int(out_left // max(target, 1.0))
+    return math.ceil(out_left / max(target, 1.0))

@@ -93,7 +93,7 @@ def get_scheduler(spec: "str | Scheduler", **options: Any) -> Scheduler:
     if name in _REGISTRY:
         factory = _REGISTRY[name]
         options = {**_parse_options(rest, name), **options}
-    elif "." in name and rest:
+    elif rest.isidentifier():
         factory = load_scheduler_class(spec)
     else:
         raise ValueError(f"unknown scheduler {name!r}; available: {', '.join(available())}")

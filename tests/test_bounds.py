@@ -1,0 +1,144 @@
+"""Certified lower bounds: never above any valid schedule, and the checker's verdicts."""
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from infermax import Limits, Workload, simulate
+from infermax.bounds import check_scheduler, lower_bound
+from infermax.bounds.costs import coefficients_of, formula_time
+from infermax.bounds.lagrangian import fill_table
+from infermax.cli import main
+from infermax.costmodel import LinearCostModel, get_cost_model
+from infermax.schedulers import Plan, Scheduler, get_scheduler
+
+from factories import ALL_SCHEDULERS, small_instances
+
+METHODS = ("work", "lp", "lagrangian")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=small_instances(max_requests=10, max_len=30))
+def test_bound_never_exceeds_any_heuristic(inst):
+    workload, limits = inst
+    bound = lower_bound(workload, limits, methods=METHODS)
+    for name in ALL_SCHEDULERS:
+        latency = simulate(workload, name, limits).metrics["latency_s"]
+        assert bound.value <= latency * (1 + 1e-9), (name, bound.values, latency)
+        for method, value in bound.values.items():
+            assert value <= latency * (1 + 1e-9), (name, method, value, latency)
+
+
+def test_formula_matches_the_cost_model_and_rejects_others():
+    cost = get_cost_model()
+    co = coefficients_of(cost)
+    rng = np.random.default_rng(1)
+    for _ in range(20):
+        n = int(rng.integers(1, 30))
+        tok, kv, dec = rng.integers(1, 300, n), rng.integers(0, 3000, n), rng.random(n) < 0.4
+        tok[dec] = 1
+        assert formula_time(co, tok, kv, dec) == pytest.approx(cost.batch_time(tok, kv, dec), rel=1e-12)
+
+    class Weird(LinearCostModel):
+        def batch_time(self, tokens, kv_before, is_decode):
+            return 2 * super().batch_time(tokens, kv_before, is_decode)
+
+    with pytest.raises(ValueError, match="does not follow the linear formula"):
+        coefficients_of(Weird(cost.coefficients))
+
+
+def test_fill_dp_matches_brute_force():
+    co = coefficients_of(get_cost_model())
+    mu = np.array([1e-7, 1e-6, 0.0, 1e-4])
+    cost, _ = fill_table(co, 5e-5, mu, 6)
+
+    def brute(e):
+        best = np.inf
+        for mask in range(1 << (e - 1)):   # every composition of e into chunks
+            cuts = [0] + [k + 1 for k in range(e - 1) if mask >> k & 1] + [e]
+            total = sum((5e-5 + mu[1] + mu[2]) * (b - a) + co.prefill_attn_s * (b - a) * b + mu[0] * b + mu[3]
+                        for a, b in zip(cuts, cuts[1:]))
+            best = min(best, total)
+        return best
+
+    for e in range(1, 7):
+        assert cost[e] == pytest.approx(brute(e), rel=1e-12)
+
+
+def test_paper_cell_is_tight_and_fast():
+    w = Workload.from_spec("fixed:I=1024,O=32,B=1024")
+    lim = Limits(M=100_000, C=4096)
+    best = min(simulate(w, n, lim).metrics["latency_s"] for n in ("vllm", "sarathi-pc-la", "sarathi-nocp-la"))
+    b = lower_bound(w, lim, methods=METHODS, upper=best)
+    assert b.value <= best and (best - b.value) / best < 0.10
+    assert set(b.values) == set(METHODS) and max(b.wall_s.values()) < 60
+
+
+def test_online_arrival_bound_counts_late_work():
+    w = Workload.from_lengths([8, 8, 8], [4, 4, 4], arrivals_s=[0.0, 0.0, 50.0])
+    b = lower_bound(w, Limits(M=100, C=64), methods=("work",))
+    assert b.value > 50.0 and b.certificate["from_arrival_s"] == 50.0
+    assert b.value <= simulate(w, "vllm", Limits(M=100, C=64)).metrics["latency_s"]
+
+
+class CheatingScheduler(Scheduler):
+    """Runs vLLM but reports half of the batches it ran (and so half the latency)."""
+
+    name = "cheater"
+
+    def __init__(self):
+        self.inner = get_scheduler("vllm")
+
+    def reset(self, state):
+        self.inner.reset(state)
+        self._state = state
+
+    def next_batch(self, state) -> Plan:
+        return self.inner.next_batch(state)
+
+    def reported_metrics(self):
+        return {"latency_s": self._state.clock_s / 2, "num_batches": self._state.num_batches // 2}
+
+
+class OverbookingScheduler(Scheduler):
+    """Puts every waiting request in one batch, ignoring M."""
+
+    name = "overbooker"
+
+    def next_batch(self, state) -> Plan:
+        idx = np.flatnonzero(state.status == 1)
+        return Plan(idx, state.inp[idx] - state.m[idx], np.zeros(0, dtype=np.int64))
+
+
+def test_cheating_and_invalid_schedulers_are_caught():
+    w = Workload.from_spec("fixed:I=32,O=16,B=64")
+    lim = Limits(M=1000, C=4096)
+    cheat = check_scheduler(CheatingScheduler(), w, lim, optimum=False)
+    assert cheat.exit_code == 3 and "beats the certified bound" in cheat.error
+    bad = check_scheduler(OverbookingScheduler(), w, lim, optimum=False)
+    assert bad.exit_code == 2 and "[M]" in bad.error
+    honest = check_scheduler("sarathi-la", w, lim, optimum=False)
+    assert honest.exit_code == 0 and 0 <= honest.gap < 1
+
+
+def test_truncated_schedule_is_invalid(tmp_path):
+    w = Workload.from_spec("fixed:I=32,O=16,B=8")
+    sched = simulate(w, "vllm").schedule
+    short = type(sched)(sched.batches[:-1], sched.meta)
+    res = check_scheduler("vllm", w, schedule=short, optimum=False)
+    assert res.exit_code == 2 and "incomplete" in res.error
+
+
+def test_bound_cli_json_and_exit_codes(capsys, tmp_path):
+    code = main(["bound", "--scheduler", "sarathi", "--workload", "fixed:I=16,O=8,B=32", "--no-optimum", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["valid"] and out["bound_s"] <= out["latency_s"]
+    code = main(["bound", "--scheduler", "test_bounds:CheatingScheduler", "--workload", "fixed:I=16,O=8,B=32",
+                 "--no-optimum", "--json"])
+    assert code == 3 and json.loads(capsys.readouterr().out)["exit_code"] == 3
+
+
+def test_unsupported_objective_is_named():
+    with pytest.raises(ValueError, match="objective 'ttft'"):
+        lower_bound("fixed:I=4,O=4,B=4", objective="ttft")
