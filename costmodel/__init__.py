@@ -1,7 +1,25 @@
-"""infermax.costmodel: batch-time models, specs, profiles and fitting."""
-from .base import CostModel
-from .linear import LinearCoefficients, LinearCostModel
-from .registry import available_cost_models, get_cost_model, register_cost_model
+"""infermax.costmodel: batch-time models, specs, profiles and fitting.
 
-__all__ = ["CostModel", "LinearCoefficients", "LinearCostModel", "available_cost_models",
-           "get_cost_model", "register_cost_model"]
+- :mod:`.linear`    the per-operator linear model (the default, MILP-ready)
+- :mod:`.specs`     model and GPU specifications, KV capacity M
+- :mod:`.profiles`  loaders for Vidur-format CSV profiles (packaged A100/H100 data)
+- :mod:`.fitting`   per-operator regressions → LinearCoefficients
+- :mod:`.accuracy`  held-out error of a fit (per operator and per batch)
+- :mod:`.roofline`  lower-bound batch times from specs alone
+- :mod:`.communication`, :mod:`.parallel`  TP / PP / SP / KVP terms
+- :mod:`.catalog`   named fitted and roofline models, registered on import
+- :mod:`.profiler`  measure a profile with PyTorch (CPU or CUDA; torch imported lazily)
+"""
+from .base import CostModel
+from .catalog import ProfiledCostModel, register_catalog
+from .linear import LinearCoefficients, LinearCostModel
+from .parallel import ParallelConfig, ParallelCostModel
+from .registry import available_cost_models, get_cost_model, register_cost_model
+from .roofline import RooflineCostModel
+from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
+
+register_catalog()
+
+__all__ = ["GPUS", "MODELS", "CostModel", "GpuSpec", "LinearCoefficients", "LinearCostModel", "ModelSpec",
+           "ParallelConfig", "ParallelCostModel", "ProfiledCostModel", "RooflineCostModel", "available_cost_models",
+           "get_cost_model", "get_gpu_spec", "get_model_spec", "kv_capacity_tokens", "register_cost_model"]

@@ -39,9 +39,9 @@ FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K)
 # A100-80G + Llama-2-7B, TP 1, fitted from the packaged Vidur profile (see catalog.py);
 # tests/costmodel check these equal data/fitted/a100_llama2-7b.json and a fresh re-fit.
 _DEFAULT = dict(
-    nonattn_lines=((8.209478734e-03, 4.5095707e-05), (1.788808548e-03, 6.4566386e-05)),
-    decode_bias_s=7.12447549e-04, decode_kv_s=2.62155394e-07,
-    prefill_bias_s=8.63573218e-04, prefill_attn_s=5.30278858e-09, prefill_token_s=0.0,
+    nonattn_lines=((0.008159133968781977, 4.506600153022149e-05), (0.0015818111518710325, 6.454654104745018e-05)),
+    decode_bias_s=0.0008306901466106489, decode_kv_s=2.825203028659978e-07,
+    prefill_bias_s=0.001000615091784099, prefill_attn_s=5.291276846699803e-09, prefill_token_s=0.0,
 )
 
 
@@ -113,6 +113,9 @@ class LinearCoefficients:
 class LinearCostModel(CostModel):
     """Batch time from the per-operator linear model; see the module docstring."""
 
+    #: batch_time is exactly the formula of ``coefficients`` (False for ring-SP parallel models)
+    is_linear: bool = True
+
     def __init__(self, coefficients: LinearCoefficients | None = None, name: str = "linear",
                  description: str = "") -> None:
         self.coefficients = coefficients or LinearCoefficients.default()
@@ -138,6 +141,17 @@ class LinearCostModel(CostModel):
             if p_tok:
                 t += p_tok * float(c.sum())
         return float(t)
+
+    def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:
+        """Closed form of :meth:`batch_time` over a run of identical decode batches (the simulator's
+        fast path): the same float operations in the same order, so bit-identical results."""
+        if type(self).batch_time is not LinearCostModel.batch_time:
+            return super().decode_run_times(kv_before, num_steps)
+        lines, d_bias, d_kv = self._k[0], self._k[1], self._k[2]
+        n = int(kv_before.size)
+        base = max(a + b * float(n) for a, b in lines)
+        kv_sum = int((kv_before + 1).sum()) + n * np.arange(num_steps, dtype=np.int64)
+        return base + (d_bias + d_kv * kv_sum.astype(np.float64))
 
     def describe(self) -> dict[str, Any]:
         out = {"name": self.name, "kind": "linear", "formula": FORMULA, "coefficients": self.coefficients.to_dict()}

@@ -1,14 +1,17 @@
 """Resolve a cost model from a name, a path or an object.
 
-``get_cost_model(None)`` and ``"default"`` give the default model (A100 +
-Llama-2-7B linear model). A path ending in ``.json`` loads a serialised
-LinearCostModel. Further names (fitted profiles such as ``a100/llama2-7b``,
-``roofline:h100/llama3-8b``) are added with :func:`register_cost_model`.
+``get_cost_model(None)`` and ``"default"`` give the default model: the linear
+model fitted to Vidur's A100 + Llama-2-7B measurements (catalog.py). A path
+ending in ``.json`` loads a serialised LinearCostModel. Further names are added
+with :func:`register_cost_model`; importing ``infermax.costmodel`` registers
+every fitted profile (``a100/llama2-7b``, ``h100/llama2-70b``, ...) and the
+``roofline:<gpu>/<model>`` prefix. Any name may end in ``@tp=2,pp=2,...``
+(a :class:`~infermax.costmodel.parallel.ParallelConfig`), or pass ``parallel=``.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .base import CostModel
 from .linear import LinearCostModel
@@ -17,7 +20,10 @@ _FACTORIES: dict[str, Callable[[str], CostModel]] = {}
 
 
 def register_cost_model(prefix: str, factory: Callable[[str], CostModel]) -> None:
-    """Register ``factory(spec)`` for specs equal to ``prefix`` or starting with ``prefix:``."""
+    """Register ``factory(spec)`` for specs equal to ``prefix`` or starting with ``prefix:``.
+
+    The factory receives the whole spec, including any ``@<parallel>`` suffix.
+    """
     _FACTORIES[prefix] = factory
 
 
@@ -25,19 +31,42 @@ def available_cost_models() -> list[str]:
     return ["default", *sorted(_FACTORIES)]
 
 
-def get_cost_model(spec: "str | CostModel | None" = None) -> CostModel:
-    if isinstance(spec, CostModel):
-        return spec
-    if spec is None or spec == "default":
-        return LinearCostModel(name="default")
-    if not isinstance(spec, str):
-        raise ValueError(f"cost must be a CostModel, a name or a path, got {spec!r}")
+def _lookup(spec: str) -> CostModel:
     if spec.endswith(".json"):
         if not Path(spec).exists():
             raise ValueError(f"cost model file {spec!r} does not exist")
         return LinearCostModel.from_json(spec)
-    head = spec.split(":", 1)[0]
-    for key in (spec, head):
+    base = spec.split("@", 1)[0]
+    for key in (base, base.split(":", 1)[0]):
         if key in _FACTORIES:
             return _FACTORIES[key](spec)
+    if "/" in base and ":" not in base:        # loose spellings: "A100/Llama-2-7b-hf"
+        from .catalog import canonical_name
+        name = canonical_name(base)
+        if name in _FACTORIES:
+            return _FACTORIES[name](spec.replace(base, name, 1))
+        if name is not None:
+            fitted = ", ".join(k for k in sorted(_FACTORIES) if "/" in k)
+            raise ValueError(f"no fitted profile for {name!r} (fitted: {fitted}); "
+                             f"use 'roofline:{name}' for a spec-only model")
     raise ValueError(f"unknown cost model {spec!r}; available: {', '.join(available_cost_models())}")
+
+
+def get_cost_model(spec: "str | CostModel | None" = None, parallel: Any = None) -> CostModel:
+    """A cost model from a name, a ``.json`` path or a CostModel; ``parallel`` (a ParallelConfig)
+    spreads it over several GPUs (models that know their GPU and model support this)."""
+    if isinstance(spec, CostModel):
+        model = spec
+    elif spec is None or spec == "default":
+        from .catalog import default_cost_model
+        model = default_cost_model()
+    elif isinstance(spec, str):
+        model = _lookup(spec.strip())
+    else:
+        raise ValueError(f"cost must be a CostModel, a name or a path, got {spec!r}")
+    if parallel is not None and not parallel.is_single_gpu:
+        if not hasattr(model, "with_parallel"):
+            raise ValueError(f"cost model {model.name!r} does not know its GPU and model; "
+                             f"use a fitted or roofline model for parallel configs")
+        model = model.with_parallel(parallel)
+    return model

@@ -8,7 +8,7 @@ schedule with one cost model, and compare against optimal schedules and bounds.
 """
 from . import schedulers
 from .engine import SchedulerStuckError, SimResult, simulate
-from .metrics import metrics
+from .metrics import metrics, metrics_by_tag
 from .replay import replay
 from .schedulers import register_scheduler
 from .state import ScheduleError
@@ -16,7 +16,7 @@ from .trace import Trace
 from .types import Batch, Limits, Request, Schedule, Workload
 
 __all__ = ["Batch", "Bound", "OptimalResult", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
-           "Trace", "Workload", "metrics", "register_scheduler", "replay", "schedulers", "simulate"]
+           "Trace", "Workload", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers", "simulate"]
 __version__ = "0.1.0"
 
 _LAZY = {"solve_optimal": "infermax.csp", "OptimalResult": "infermax.csp",

@@ -5,7 +5,12 @@ Keys: ``latency_s`` (makespan: last completion - first arrival), ``tps``
 (``mean``, ``p50``, ``p90``, ``p99``; TPOT over requests with O > 1),
 ``num_batches``, ``num_evictions``, ``refill_tokens``, ``batch_size_mean``,
 ``running_size_mean``, ``kv_tokens_mean``, ``kv_tokens_max``,
-``kv_utilization_mean``, ``num_requests``, ``generated_tokens``.
+``kv_utilization_mean``, ``num_requests``, ``generated_tokens``,
+``num_suspensions`` (prefills paused and resumed). With SLOs on the requests:
+``ttft_attainment``, ``tpot_attainment``, ``slo_attainment`` (fractions) and
+``goodput_rps`` (requests meeting all their SLOs per second of latency).
+:func:`metrics_by_tag` adds, per request tag (e.g. short/long), the queueing
+delay percentiles, throughput, mean JCT and starvation count.
 """
 from __future__ import annotations
 
@@ -48,5 +53,56 @@ def metrics(trace: Trace) -> dict[str, float]:
             "kv_tokens_mean": float(b["kv_tokens"].mean()),
             "kv_tokens_max": int(b["kv_tokens"].max()),
             "kv_utilization_mean": float(b["kv_tokens"].mean() / trace.M),
-            "busy_s": float(b["duration_s"].sum())}
+            "busy_s": float(b["duration_s"].sum()),
+            "num_suspensions": int(r["num_suspensions"].sum())}
+    out |= slo_metrics(trace)
+    return out
+
+
+def slo_metrics(trace: Trace) -> dict[str, float]:
+    """TTFT / TPOT attainment over the requests that carry that SLO, and goodput (empty if no SLO)."""
+    r = trace.requests
+    ttft_slo, tpot_slo = r["ttft_slo_s"], r["tpot_slo_s"]
+    has_ttft, has_tpot = ~np.isnan(ttft_slo), ~np.isnan(tpot_slo)
+    if not (has_ttft.any() or has_tpot.any()):
+        return {}
+    ttft = r["first_token_s"] - r["arrival_s"]
+    out_len = r["output_len"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(out_len > 1, (r["completion_s"] - r["first_token_s"]) / (out_len - 1), 0.0)
+    ok_ttft = ~has_ttft | (ttft <= ttft_slo)
+    ok_tpot = ~has_tpot | (tpot <= tpot_slo)
+    latency = float(r["completion_s"].max() - r["arrival_s"].min())
+    out = {"slo_attainment": float((ok_ttft & ok_tpot).mean()),
+           "goodput_rps": float((ok_ttft & ok_tpot).sum() / latency) if latency > 0 else float("nan")}
+    if has_ttft.any():
+        out["ttft_attainment"] = float(ok_ttft[has_ttft].mean())
+    if has_tpot.any():
+        out["tpot_attainment"] = float(ok_tpot[has_tpot].mean())
+    return out
+
+
+def metrics_by_tag(trace: Trace) -> dict[str, dict[str, float]]:
+    """Per request tag: queueing delay p1/p25/p50/p75/p99 (s), throughput (requests/s over the
+    makespan), mean JCT (arrival to completion, s), TTFT median, suspensions, and the starvation
+    count (requests first scheduled only after the last arrival: under a continuing stream of
+    arrivals they would not have been served)."""
+    r = trace.requests
+    latency = float(r["completion_s"].max() - r["arrival_s"].min())
+    last_arrival = float(r["arrival_s"].max())
+    out: dict[str, dict[str, float]] = {}
+    for tag in sorted(set(r["tag"].tolist())):
+        sel = r["tag"] == tag
+        queue = r["first_scheduled_s"][sel] - r["arrival_s"][sel]
+        pct = np.percentile(queue, [1, 25, 50, 75, 99])
+        out[tag or "untagged"] = {
+            "num_requests": int(sel.sum()),
+            **{f"queueing_p{p}_s": float(v) for p, v in zip((1, 25, 50, 75, 99), pct)},
+            "ttft_p50_s": float(np.median(r["first_token_s"][sel] - r["arrival_s"][sel])),
+            "throughput_rps": float(sel.sum() / latency) if latency > 0 else float("nan"),
+            "jct_mean_s": float((r["completion_s"][sel] - r["arrival_s"][sel]).mean()),
+            "num_suspensions": int(r["num_suspensions"][sel].sum()),
+            "num_starved": int(((r["first_scheduled_s"][sel] > last_arrival)
+                                & (r["arrival_s"][sel] < last_arrival)).sum()),
+        }
     return out

@@ -67,6 +67,8 @@ class ServingState:
         self.completion_s = np.full(n, np.nan)
         self.num_evictions = np.zeros(n, dtype=np.int64)
         self.refill_tokens = np.zeros(n, dtype=np.int64)   # KV discarded by evictions, recomputed later
+        self.num_suspensions = np.zeros(n, dtype=np.int64)  # a started (re)fill paused for >= 1 batch
+        self._last_batch = np.full(n, -2, dtype=np.int64)
         self.admit_arrivals()
 
     # --- queries --------------------------------------------------------------
@@ -196,6 +198,11 @@ class ServingState:
             self.version += 1
         m1 = m0 + tokens
         m[idx] = m1
+        resumed = (m0 > 0) & ~is_decode
+        if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
+            r_idx = idx[resumed]
+            self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
+        self._last_batch[idx] = j
         gen_now = is_decode | (m1 == inp0)
         g_idx = idx[gen_now]
         gen = self.gen
@@ -251,6 +258,7 @@ class ServingState:
             raise ScheduleError(j, "C", f"{n} tokens > C = {self.limits.C}")
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
+        self._last_batch[idx] = j + num_steps - 1
         self.kv_used = int(kv[-1])
         self.clock_s = float(starts[num_steps])
         self.num_batches = j + num_steps

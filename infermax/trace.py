@@ -15,7 +15,8 @@ from .state import ServingState
 BATCH_FIELDS = ("start_s", "duration_s", "num_requests", "num_tokens", "num_prefill_tokens",
                 "num_decode", "kv_tokens", "num_running", "num_evicted")
 REQUEST_FIELDS = ("id", "input_len", "output_len", "arrival_s", "first_scheduled_s",
-                  "first_token_s", "completion_s", "num_evictions", "refill_tokens")
+                  "first_token_s", "completion_s", "num_evictions", "refill_tokens", "num_suspensions",
+                  "ttft_slo_s", "tpot_slo_s", "tag")
 
 
 @dataclass(frozen=True, eq=False)
@@ -39,16 +40,14 @@ class Trace:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Trace):
             return NotImplemented
-        same = all(np.array_equal(self.batches[k], other.batches[k]) for k in BATCH_FIELDS)
-        return same and all(np.array_equal(self.requests[k], other.requests[k], equal_nan=True)
-                            for k in REQUEST_FIELDS) and self.M == other.M
+        return not self.diff(other) and self.M == other.M
 
     def diff(self, other: "Trace") -> list[str]:
         """Names of the fields that differ (empty when equal)."""
         out = [f"batches.{k}" for k in BATCH_FIELDS
                if not np.array_equal(self.batches[k], other.batches[k])]
         return out + [f"requests.{k}" for k in REQUEST_FIELDS
-                      if not np.array_equal(self.requests[k], other.requests[k], equal_nan=True)]
+                      if not np.array_equal(self.requests[k], other.requests[k], equal_nan=k != "tag")]
 
     def batch_frame(self):
         import pandas as pd
@@ -100,5 +99,9 @@ class TraceRecorder:
                     "arrival_s": w.arrivals_s.copy(), "first_scheduled_s": state.first_scheduled_s.copy(),
                     "first_token_s": state.first_token_s.copy(), "completion_s": state.completion_s.copy(),
                     "num_evictions": state.num_evictions.copy(),
-                    "refill_tokens": state.refill_tokens.copy()}
+                    "refill_tokens": state.refill_tokens.copy(),
+                    "num_suspensions": state.num_suspensions.copy(),
+                    "ttft_slo_s": np.array([np.nan if r.ttft_slo_s is None else r.ttft_slo_s for r in w.requests]),
+                    "tpot_slo_s": np.array([np.nan if r.tpot_slo_s is None else r.tpot_slo_s for r in w.requests]),
+                    "tag": np.array([r.tag or "" for r in w.requests], dtype=object)}
         return Trace(batches=batches, requests=requests, M=state.limits.M, cost_name=state.cost.name)

@@ -195,7 +195,38 @@ def workload_from_spec(spec: str) -> Workload:
     kind, rest = spec.split(":", 1)
     parts = [p for p in rest.split(",") if p.strip()]
     kind = kind.strip().lower()
-    if kind == "trace":
+    slo_keys = ("ttft_slo", "ttft_slo_per_1k", "tpot_slo")
+    slo = _options([p for p in parts if p.split("=", 1)[0].strip() in slo_keys], spec)
+    parts = [p for p in parts if p.split("=", 1)[0].strip() not in slo_keys]
+    wl = _parse_kind(kind, parts, spec)
+    from .workloads_long import with_slos
+
+    return with_slos(wl, ttft_s=_pop(slo, "ttft_slo", float, None, spec),
+                     ttft_per_1k_s=_pop(slo, "ttft_slo_per_1k", float, 0.0, spec),
+                     tpot_s=_pop(slo, "tpot_slo", float, None, spec))
+
+
+def _parse_kind(kind: str, parts: list[str], spec: str) -> Workload:
+    if kind in ("pecsched", "medha"):
+        from .workloads_long import medha_mix, pecsched_trace
+
+        if kind == "pecsched":
+            source = parts[0].strip() if parts and "=" not in parts[0] else "splitwise_conv"
+            opts = _options(parts[1:] if parts and "=" not in parts[0] else parts, spec)
+            wl = pecsched_trace(source, n=_pop(opts, "n", _count("n"), 2000, spec),
+                                pct=_pop(opts, "pct", float, 95.0, spec), lo=_pop(opts, "lo", _count("lo"), 100_000, spec),
+                                hi=_pop(opts, "hi", _count("hi"), 500_000, spec), seed=_pop(opts, "seed", int, 0, spec),
+                                time_scale=_pop(opts, "time_scale", float, 1.0, spec))
+        else:
+            opts = _options(parts, spec)
+            B = _pop(opts, "B", _count("B"), None, spec)
+            if B is None:
+                raise ValueError(f"workload spec {spec!r}: B (number of requests) is required")
+            wl = medha_mix(B, long_frac=_pop(opts, "long_frac", float, 0.05, spec),
+                           lo=_pop(opts, "lo", _count("lo"), 128_000, spec), hi=_pop(opts, "hi", _count("hi"), 1_000_000, spec),
+                           rate_per_s=_pop(opts, "rate", float, 0.5, spec), seed=_pop(opts, "seed", int, 0, spec),
+                           short_cap=_pop(opts, "short_cap", _count("short_cap"), 8192, spec))
+    elif kind == "trace":
         if not parts:
             raise ValueError(f"workload spec {spec!r}: name a trace file or {BUILTIN_TRACES}")
         source, opts = parts[0].strip(), _options(parts[1:], spec)
@@ -224,7 +255,7 @@ def workload_from_spec(spec: str) -> Workload:
                 raise ValueError(f"workload spec {spec!r}: name the groups first, e.g. mix:LILO+SISO,B=512")
             wl = mix([g.strip().upper() for g in head.split("+")], B, seed=seed, rate_per_s=rate, cv=cv)
     else:
-        raise ValueError(f"workload spec {spec!r}: unknown kind {kind!r}; use fixed, mix or trace")
+        raise ValueError(f"workload spec {spec!r}: unknown kind {kind!r}; use fixed, mix, trace, pecsched or medha")
     if opts:
         raise ValueError(f"workload spec {spec!r}: unknown option(s) {', '.join(sorted(opts))}")
     return wl

@@ -1,0 +1,173 @@
+"""Collective-communication times and the volumes of each parallel strategy.
+
+Times: a collective moving S bytes among N GPUs takes ``latency_s +
+per_byte_s · S`` — a line fitted per (collective, N, GPUs per node) to Vidur's
+NCCL measurements where they exist, otherwise the ring-algorithm bound from the
+GPU's link bandwidth (NVLink inside a node, the network across nodes):
+all-reduce 2(N−1)/N · S / bw; all-gather, reduce-scatter and all-to-all
+(N−1)/N · S / bw; send/recv S / bw. Collectives without a measurement of their
+own reuse the all-reduce's bus bandwidth (a ring all-reduce *is* a
+reduce-scatter then an all-gather).
+
+Volumes (elements, per layer, whole parallel group) follow the papers:
+pecsched.txt §5.3 for Megatron-SP and Ulysses-SP inside a node, csps.txt App. A
+for SP-NTP (Ulysses with parameter gathering) vs SP-TP (Megatron), and ring
+attention's KV rotation.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .fitting import relative_lsq
+from .profiles import ProfileFormatError, load_network_profile
+from .specs import GpuSpec, get_gpu_spec
+
+DEFAULT_LATENCY_S = 10e-6
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CollectiveLine:
+    """time = latency_s + per_byte_s · bytes."""
+
+    latency_s: float
+    per_byte_s: float
+
+    def time_s(self, num_bytes: float | np.ndarray) -> float | np.ndarray:
+        return self.latency_s + self.per_byte_s * num_bytes
+
+
+def fit_collective(size_bytes: np.ndarray, time_s: np.ndarray) -> CollectiveLine:
+    """Fit one collective's line by relative least squares (scipy)."""
+    latency, per_byte = relative_lsq(np.c_[np.ones(len(size_bytes)), size_bytes.astype(np.float64)], time_s)
+    return CollectiveLine(latency_s=float(latency), per_byte_s=float(per_byte))
+
+
+@dataclass(frozen=True)
+class CommModel:
+    """Collective times for one GPU type; ``fitted`` maps (collective, N, GPUs per node) to a line."""
+
+    gpu: GpuSpec
+    fitted: dict[tuple[str, int, int], CollectiveLine] = field(default_factory=dict)
+
+    def _link_bw(self, intra_node: bool) -> float:
+        return self.gpu.nvlink_bandwidth if intra_node else self.gpu.network_bandwidth
+
+    def _per_node(self, num_workers: int, intra_node: bool) -> int:
+        return num_workers if intra_node else max(1, num_workers // 2)
+
+    def all_reduce_s(self, num_bytes: float, num_workers: int, intra_node: bool = True) -> float:
+        if num_workers <= 1:
+            return 0.0
+        line = self.fitted.get(("all_reduce", num_workers, self._per_node(num_workers, intra_node)))
+        if line is not None:
+            return float(line.time_s(num_bytes))
+        return DEFAULT_LATENCY_S + 2 * (num_workers - 1) / num_workers * num_bytes / self._link_bw(intra_node)
+
+    def gather_like_s(self, num_bytes: float, num_workers: int, intra_node: bool = True) -> float:
+        """All-gather, reduce-scatter or all-to-all of ``num_bytes`` per GPU: (N−1)/N · S at bus bandwidth."""
+        if num_workers <= 1:
+            return 0.0
+        line = self.fitted.get(("all_reduce", num_workers, self._per_node(num_workers, intra_node)))
+        if line is not None:   # half an all-reduce: same latency, half the bytes moved
+            return float(line.latency_s + line.per_byte_s * num_bytes / 2)
+        return DEFAULT_LATENCY_S + (num_workers - 1) / num_workers * num_bytes / self._link_bw(intra_node)
+
+    def send_recv_s(self, num_bytes: float, intra_node: bool = True) -> float:
+        line = self.fitted.get(("send_recv", 2, 2 if intra_node else 1))
+        if line is not None:
+            return float(line.time_s(num_bytes))
+        return DEFAULT_LATENCY_S + num_bytes / self._link_bw(intra_node)
+
+
+def fit_comm_model(gpu: "str | GpuSpec", node: "str | Path | None" = None) -> CommModel:
+    """Fit every measured collective of ``node`` (default: the packaged ``<gpu>_dgx`` profile)."""
+    g = get_gpu_spec(gpu)
+    fitted: dict[tuple[str, int, int], CollectiveLine] = {}
+    for collective in ("all_reduce", "send_recv"):
+        try:
+            profile = load_network_profile(node if node is not None else g.name, collective)
+        except ProfileFormatError:
+            continue
+        for workers, per_node in profile.configurations():
+            size, time_s = profile.select(workers, per_node)
+            fitted[(collective, workers, per_node)] = fit_collective(size, time_s)
+    return CommModel(g, fitted)
+
+
+@lru_cache(maxsize=8)
+def comm_model(gpu: str) -> CommModel:
+    """The (cached) communication model of a GPU type: fitted if profiled, analytic otherwise."""
+    return fit_comm_model(gpu)
+
+
+# --- volumes (elements per layer, whole group) -------------------------------------------
+
+def megatron_sp_attention_volume(seg: float, hidden: int, tp: int, gpus: int) -> float:
+    """pecsched §5.3, Megatron SP attention stage: all-gather + reduce-scatter, 2·s·d·(T−1)·G."""
+    return 2 * seg * hidden * (tp - 1) * gpus
+
+
+def ulysses_sp_attention_volume(seg: float, hidden: int, heads: int, kv_heads: int, head_dim: int,
+                                tp: int, gpus: int) -> float:
+    """pecsched §5.3, Ulysses SP attention stage: two A2A plus parameter transfer,
+    2·s·(N_h + N_h^KV)·d_h·(G−1) + (d·(N_h + N_h^KV)·d_h + d²)·G·(T−1)/T."""
+    qkv = (heads + kv_heads) * head_dim
+    return 2 * seg * qkv * (gpus - 1) + (hidden * qkv + hidden**2) * gpus * (tp - 1) / tp
+
+
+def megatron_sp_attention_flops(seg: float, hidden: int, heads: int, kv_heads: int, head_dim: int, tp: int) -> float:
+    """pecsched §5.3: 2·s·d·(N_h + N_h^KV)·d_h/T + 4·(s·T)²·d/T + 2·s·d² per GPU."""
+    qkv = 2 * seg * hidden * (heads + kv_heads) * head_dim / tp
+    return qkv + 4 * (seg * tp) ** 2 * hidden / tp + 2 * seg * hidden**2
+
+
+def ulysses_sp_attention_flops(seg: float, hidden: int, heads: int, kv_heads: int, head_dim: int, gpus: int) -> float:
+    """pecsched §5.3: 2·s·d·(N_h + N_h^KV)·d_h + 4·(s·G)²·d/G + 2·s·d² per GPU."""
+    qkv = 2 * seg * hidden * (heads + kv_heads) * head_dim
+    return qkv + 4 * (seg * gpus) ** 2 * hidden / gpus + 2 * seg * hidden**2
+
+
+def megatron_sp_mlp_volume(seg: float, hidden: int, tp: int, gpus: int) -> float:
+    """pecsched §5.3, MLP stage with Megatron SP: 2·s·d·(T−1)·G (computation 16·s·d² per GPU)."""
+    return 2 * seg * hidden * (tp - 1) * gpus
+
+
+def ulysses_sp_mlp_volume(hidden: int, tp: int, gpus: int) -> float:
+    """pecsched §5.3, MLP stage with Ulysses SP: parameters only, 8·d²·(T−1)·G/T."""
+    return 8 * hidden**2 * (tp - 1) * gpus / tp
+
+
+def sp_ntp_volume(seq_len: float, hidden: int, num_gpus: int) -> float:
+    """csps App. A, SP-NTP under TP: parameters plus two A2A, (4d² + 4·L_in·d/N)·(N−1)."""
+    return (4 * hidden**2 + 4 * seq_len * hidden / num_gpus) * (num_gpus - 1)
+
+
+def sp_tp_volume(seq_len: float, hidden: int, num_gpus: int) -> float:
+    """csps App. A, SP-TP: one all-gather and one reduce-scatter, 2·L_in·d·(N−1)."""
+    return 2 * seq_len * hidden * (num_gpus - 1)
+
+
+def sp_ntp_crossover_length(hidden: int, num_gpus: int) -> float:
+    """csps App. A: SP-NTP moves less than SP-TP iff L_in > 2·d·N/(N−2).
+
+    At N <= 2 the volumes above never favour SP-NTP ((4d² + 2·L·d) > 2·L·d), so
+    this returns inf. (The appendix's text says N = 2 "always" favours SP-NTP;
+    its own inequality d/L < (1 − 2/N)/2 cannot hold there — we follow the volumes.)
+    """
+    return math.inf if num_gpus <= 2 else 2 * hidden * num_gpus / (num_gpus - 2)
+
+
+def ring_attention_volume(seq_len: float, kv_heads: int, head_dim: int, num_gpus: int) -> float:
+    """Ring attention: each of N shards of K and V (L_in/N tokens) visits the N−1 other GPUs,
+    (N−1) · L_in · 2 · h_kv · d_h."""
+    return (num_gpus - 1) * seq_len * 2 * kv_heads * head_dim
+
+
+def is_intra_node(num_gpus: int, gpu: GpuSpec) -> bool:
+    return num_gpus <= gpu.gpus_per_node
+

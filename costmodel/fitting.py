@@ -1,0 +1,212 @@
+"""Fit the linear cost model to operator profiles (infermax.txt §3.2).
+
+Three regressions, each on whole-model seconds (per-layer times x layers):
+
+- non-attention vs N tokens: a max of ``num_lines`` lines (convex piecewise
+  linear; weight-read floor, then FLOP-bound slope);
+- decode attention vs K = Σ(m + c) = batch · (kv + 1): bias + slope · K;
+- prefill attention vs W = c · (m + c): bias + slope · W (+ slope · c with
+  ``extended=True``).
+
+Every fit minimises *relative* residuals (a 1 ms and a 100 ms batch count
+alike) with a soft-L1 loss, via ``scipy.optimize.lsq_linear`` (start) and
+``scipy.optimize.least_squares`` (robust refinement), under bounds: every
+coefficient >= 0 and, when GPU specs are given, every attention slope at least
+the roofline slope and the steepest non-attention line at least the roofline's
+FLOP slope, so the fit never undercuts the roofline at large batches. If the
+fitted non-attention still dips under the roofline at a profiled point, the
+roofline's own lines join the max (it stays convex piecewise linear).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .linear import LinearCoefficients
+from .profiles import MissingProfileError, load_attention_profile, load_mlp_profile
+from .roofline import RooflineTerms
+from .specs import ModelSpec, get_model_spec
+
+log = logging.getLogger(__name__)
+SOFT_L1_SCALE = 0.05   # relative residual beyond which the loss turns linear
+
+
+def relative_lsq(X: np.ndarray, y: np.ndarray, lower: np.ndarray | float = 0.0) -> np.ndarray:
+    """argmin_p Σ soft_l1((X p − y) / y) subject to p >= lower.
+
+    Columns are scaled to unit norm first (a latency in seconds and a cost per
+    byte differ by 10 orders of magnitude), so exact data are fitted exactly.
+    """
+    from scipy.optimize import least_squares, lsq_linear   # lazy: scipy.optimize costs ~0.4 s to import
+    A = X / y[:, None]
+    scale = np.linalg.norm(A, axis=0)
+    scale[scale == 0] = 1.0
+    A = A / scale
+    ones = np.ones(len(y))
+    lb = np.broadcast_to(np.asarray(lower, dtype=np.float64), (X.shape[1],)) * scale
+    start = lsq_linear(A, ones, bounds=(lb, np.inf), tol=1e-12).x
+    if len(y) <= X.shape[1]:
+        return start / scale
+    result = least_squares(lambda p: A @ p - ones, np.maximum(start, lb), bounds=(lb, np.inf),
+                           loss="soft_l1", f_scale=SOFT_L1_SCALE, ftol=1e-12, xtol=1e-12, gtol=1e-12)
+    return result.x / scale
+
+
+def _max_lines(p: np.ndarray, x: np.ndarray) -> np.ndarray:
+    return np.max(p[0::2, None] + p[1::2, None] * x[None, :], axis=0)
+
+
+def fit_nonattention(num_tokens: np.ndarray, time_s: np.ndarray, num_lines: int = 2,
+                     min_slope: float = 0.0) -> tuple[tuple[float, float], ...]:
+    """Fit t(N) = max_k (a_k + b_k N) by relative least squares; lines sorted by slope."""
+    from scipy.optimize import least_squares
+    x, y = np.asarray(num_tokens, dtype=np.float64), np.asarray(time_s, dtype=np.float64)
+    if num_lines < 1:
+        raise ValueError(f"num_lines must be >= 1, got {num_lines!r}")
+    edges = np.quantile(x, np.linspace(0, 1, num_lines + 1))
+    start = []
+    for k in range(num_lines):            # one line per quantile segment to start
+        seg = (x >= edges[k]) & (x <= edges[k + 1])
+        if seg.sum() < 2:
+            seg = np.ones_like(x, dtype=bool)
+        start.extend(relative_lsq(np.c_[np.ones(seg.sum()), x[seg]], y[seg]))
+    lb = np.zeros(2 * num_lines)
+    lb[-1] = min_slope
+    p0 = np.maximum(np.asarray(start), lb)
+    if num_lines > 1:
+        p0 = least_squares(lambda p: _max_lines(p, x) / y - 1, p0, bounds=(lb, np.inf),
+                           loss="soft_l1", f_scale=SOFT_L1_SCALE).x
+    lines = sorted(zip(p0[0::2], p0[1::2]), key=lambda line: line[1])
+    lines = _polish(x, y, lines, min_slope)
+    active = {int(np.argmax([a + b * xi for a, b in lines])) for xi in x}
+    active.add(len(lines) - 1)                 # the steepest line governs beyond the data
+    return tuple((float(lines[i][0]), float(lines[i][1])) for i in sorted(active))
+
+
+def _polish(x: np.ndarray, y: np.ndarray, lines: list, min_slope: float, rounds: int = 10) -> list:
+    """Alternate: give each point to the line that is max there, refit each line on its points
+    (max-affine regression, Magnani & Boyd 2009); keeps the result only if the loss drops."""
+    def loss(ls: list) -> float:
+        r = np.max([a + b * x for a, b in ls], axis=0) / y - 1
+        return float(np.sum(2 * SOFT_L1_SCALE**2 * (np.sqrt(1 + (r / SOFT_L1_SCALE) ** 2) - 1)))
+    best, best_loss = list(lines), loss(lines)
+    current = list(lines)
+    for _ in range(rounds):
+        owner = np.argmax([a + b * x for a, b in current], axis=0)
+        refit = []
+        for k, line in enumerate(current):
+            mine = owner == k
+            if mine.sum() < 2:
+                refit.append(line)
+                continue
+            lower = [0.0, min_slope if k == len(current) - 1 else 0.0]
+            refit.append(tuple(relative_lsq(np.c_[np.ones(mine.sum()), x[mine]], y[mine], lower)))
+        current = sorted(refit, key=lambda line: line[1])
+        if loss(current) < best_loss - 1e-15:
+            best, best_loss = list(current), loss(current)
+        else:
+            break
+    return best
+
+
+def fit_decode(batch: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_kv_slope: float = 0.0) -> tuple[float, float]:
+    """Decode attention: t = bias + slope · K with K = batch · (kv + 1)."""
+    K = batch * (kv + 1.0)
+    bias, slope = relative_lsq(np.c_[np.ones_like(K), K], time_s, lower=[0.0, min_kv_slope])
+    return float(bias), float(slope)
+
+
+def fit_prefill(chunk: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_attn_slope: float = 0.0,
+                extended: bool = False) -> tuple[float, float, float]:
+    """Prefill attention: t = bias + slope · c(m + c) [+ token_slope · c]."""
+    c = np.asarray(chunk, dtype=np.float64)
+    work = c * (kv + c)
+    X = np.c_[np.ones_like(c), work, c] if extended else np.c_[np.ones_like(c), work]
+    p = relative_lsq(X, time_s, lower=[0.0, min_attn_slope, 0.0][: X.shape[1]])
+    return float(p[0]), float(p[1]), float(p[2]) if extended else 0.0
+
+
+@dataclass(frozen=True)
+class OperatorData:
+    """Whole-model operator measurements in seconds, ready to fit or to hold out.
+
+    ``*_group`` label the units a train/test split must keep together: one token
+    count for non-attention, one clump of the attention profile for attention.
+    """
+
+    nonattn_tokens: np.ndarray
+    nonattn_s: np.ndarray
+    nonattn_group: np.ndarray
+    decode_batch: np.ndarray
+    decode_kv: np.ndarray
+    decode_s: np.ndarray
+    decode_group: np.ndarray
+    prefill_chunk: np.ndarray
+    prefill_kv: np.ndarray
+    prefill_s: np.ndarray
+    prefill_group: np.ndarray
+
+    def subset(self, nonattn: np.ndarray, decode: np.ndarray, prefill: np.ndarray) -> "OperatorData":
+        def pick(prefix: str, mask: np.ndarray) -> dict[str, np.ndarray]:
+            return {k: v[mask] for k, v in vars(self).items() if k.startswith(prefix)}
+        return OperatorData(**pick("nonattn", nonattn), **pick("decode", decode), **pick("prefill", prefill))
+
+
+def operator_data(profile: "str | Path", model: "str | ModelSpec", tp: int = 1,
+                  require_attention: bool = True, stat: str = "median") -> OperatorData:
+    """Load a profile's mlp and attention files as whole-model seconds.
+
+    With ``require_attention=False`` a profile without an attention file gives
+    empty attention arrays (a malformed attention file still raises). ``stat``:
+    which summary of repeated runs to read (profiles.py).
+    """
+    m = get_model_spec(model)
+    mlp = load_mlp_profile(profile, tp, stat)
+    L = m.num_layers
+    try:
+        att = load_attention_profile(profile, tp, stat)
+    except MissingProfileError:
+        if require_attention:
+            raise
+        empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
+        return OperatorData(mlp.num_tokens, mlp.total_s(L), mlp.num_tokens.copy(),
+                            empty_i, empty_i, empty_f, empty_i, empty_i, empty_i, empty_f, empty_i)
+    return OperatorData(mlp.num_tokens, mlp.total_s(L), mlp.num_tokens.copy(),
+                        att.decode_batch, att.decode_kv, att.decode_time_s * L, att.decode_group,
+                        att.prefill_chunk, att.prefill_kv, att.prefill_time_s * L, att.prefill_group)
+
+
+def fit_operators(data: OperatorData, roofline: RooflineTerms | None = None, num_lines: int = 2,
+                  extended: bool = False, attention_roofline: RooflineTerms | None = None) -> LinearCoefficients:
+    """Fit all three operators; with ``roofline``, slopes are bounded below by it.
+
+    ``attention_roofline`` (default: ``roofline``) bounds the attention slopes
+    when the attention data come from another GPU or model than the rest.
+    """
+    att = attention_roofline or roofline
+    na_min = roofline.nonattn_lines[-1][1] if roofline else 0.0
+    dec_min = max(att.decode_flops_s, att.decode_bytes_s) if att else 0.0
+    pf_min = 2 * att.prefill_flops_s if att else 0.0     # c(2m+c) <= 2 c(m+c)
+    lines = fit_nonattention(data.nonattn_tokens, data.nonattn_s, num_lines, na_min)
+    if roofline is not None:
+        lines = _respect_roofline(lines, roofline, data.nonattn_tokens)
+    d_bias = d_kv = p_bias = p_attn = p_tok = 0.0      # no rows: that term is unknown, left 0
+    if data.decode_s.size:
+        d_bias, d_kv = fit_decode(data.decode_batch, data.decode_kv, data.decode_s, dec_min)
+    if data.prefill_s.size:
+        p_bias, p_attn, p_tok = fit_prefill(data.prefill_chunk, data.prefill_kv, data.prefill_s, pf_min, extended)
+    return LinearCoefficients(nonattn_lines=lines, decode_bias_s=d_bias, decode_kv_s=d_kv,
+                              prefill_bias_s=p_bias, prefill_attn_s=p_attn, prefill_token_s=p_tok)
+
+
+def _respect_roofline(lines: tuple[tuple[float, float], ...], roofline: RooflineTerms,
+                      num_tokens: np.ndarray) -> tuple[tuple[float, float], ...]:
+    fitted = LinearCoefficients(nonattn_lines=lines).nonattention_s(num_tokens)
+    if np.all(fitted >= roofline.nonattention_s(num_tokens)):
+        return lines
+    log.warning("fitted non-attention undercuts the roofline at %d profiled points; adding the roofline's lines",
+                int(np.sum(fitted < roofline.nonattention_s(num_tokens))))
+    return tuple(sorted(set(lines) | set(roofline.nonattn_lines), key=lambda line: line[1]))

@@ -1,0 +1,59 @@
+import argparse
+import json
+
+import pytest
+
+from infermax.costmodel import get_cost_model
+from infermax.costmodel.cli import add_subcommands
+
+
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="infermax")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = args.func(args)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_report_json(capsys, tmp_path):
+    code, out, _ = run(["costmodel", "report", "--profile", "a100/Llama-2-7b-hf", "--json",
+                        "--plot", str(tmp_path / "p.png")], capsys)
+    report = json.loads(out)
+    assert code == 0 and (tmp_path / "p.png").exists()
+    for key in ("non_attention", "attention", "batch"):
+        assert set(report[key]) >= {"median_ape", "p90_ape"}
+    assert report["non_attention"]["median_ape"] <= 0.05
+
+
+def test_report_text(capsys):
+    code, out, _ = run(["costmodel", "report", "--profile", "a100/Llama-2-7b-hf", "--folds", "3"], capsys)
+    assert code == 0 and "median APE" in out and "non_attention" in out and "roofline" in out
+
+
+def test_list_show_and_errors(capsys):
+    code, out, _ = run(["costmodel", "list", "--json"], capsys)
+    assert code == 0 and "a100/llama2-7b" in json.loads(out)["cost_models"]
+    code, out, _ = run(["costmodel", "show", "roofline:h100/llama3-8b", "--json"], capsys)
+    assert code == 0 and json.loads(out)["kind"] == "roofline"
+    code, _, err = run(["costmodel", "show", "nope"], capsys)
+    assert code == 2 and "unknown cost model" in err
+
+
+def test_fit_writes_a_loadable_model(capsys, tmp_path):
+    out_path = tmp_path / "a100_llama3.json"
+    code, out, _ = run(["costmodel", "fit", "--profile", "a100/Meta-Llama-3-8B", "--out", str(out_path), "--json"],
+                       capsys)
+    assert code == 0 and json.loads(out)["out"] == str(out_path)
+    assert get_cost_model(str(out_path)).coefficients == get_cost_model("a100/llama3-8b").coefficients
+
+
+def test_profile_cpu_tiny(capsys, tmp_path):
+    pytest.importorskip("torch")
+    code, out, _ = run(["profile", "--device", "cpu", "--tiny", "--out", str(tmp_path), "--json",
+                        "--tokens", "1,32,128"], capsys)
+    payload = json.loads(out)
+    assert code == 0 and (tmp_path / "cpu" / "llama-tiny" / "mlp.csv").exists() and payload["device"] == "cpu"
+    code, _, err = run(["profile", "--device", "cuda", "--tiny", "--out", str(tmp_path)], capsys)
+    import torch
+    assert code == (0 if torch.cuda.is_available() else 2)

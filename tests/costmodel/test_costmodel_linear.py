@@ -1,0 +1,78 @@
+import json
+import time
+
+import numpy as np
+import pytest
+
+from infermax.costmodel import LinearCoefficients, LinearCostModel
+from infermax.costmodel.linear import FORMULA
+
+
+def _manual(k: LinearCoefficients, tokens, kv, is_decode) -> float:
+    n = tokens.sum()
+    t = max(a + b * n for a, b in k.nonattn_lines)
+    if is_decode.any():
+        t += k.decode_bias_s + k.decode_kv_s * (kv[is_decode] + tokens[is_decode]).sum()
+    if (~is_decode).any():
+        c, m = tokens[~is_decode], kv[~is_decode]
+        t += k.prefill_bias_s + k.prefill_attn_s * (c * (m + c)).sum() + k.prefill_token_s * c.sum()
+    return float(t)
+
+
+def test_batch_time_is_the_documented_formula(batches):
+    k = LinearCoefficients(nonattn_lines=((9e-3, 0.0), (4e-3, 6e-5), (0.0, 7e-5)), prefill_token_s=1e-6)
+    model = LinearCostModel(k)
+    for tokens, kv, is_decode in batches:
+        assert model.batch_time(tokens, kv, is_decode) == pytest.approx(_manual(k, tokens, kv, is_decode), rel=1e-12)
+
+
+def test_default_numbers_are_plausible_for_a100_llama2_7b():
+    model = LinearCostModel()
+    one_decode = model.batch_time(np.array([1]), np.array([1000]), np.array([True]))
+    full_prefill = model.batch_time(np.array([4096]), np.array([0]), np.array([False]))
+    assert 8e-3 < one_decode < 12e-3           # weight-read floor ~9 ms
+    assert 0.25 < full_prefill < 0.40          # ~260 ms linear layers + ~90 ms attention
+
+
+def test_json_round_trip(tmp_path):
+    model = LinearCostModel(LinearCoefficients(prefill_token_s=2e-7), name="mine", description="test")
+    path = tmp_path / "m.json"
+    model.to_json(path)
+    back = LinearCostModel.from_json(path)
+    assert back.coefficients == model.coefficients and back.name == "mine" and back.description == "test"
+    data = json.loads(path.read_text())
+    assert data["formula"] == FORMULA and data["kind"] == "linear"
+    assert LinearCostModel.from_json(model.to_json()).coefficients == model.coefficients
+
+
+def test_legacy_floor_bias_token_form_maps_to_two_lines():
+    k = LinearCoefficients.from_dict({"nonattn_floor_s": 9.6e-3, "nonattn_bias_s": 4.6e-3, "nonattn_token_s": 6.2e-5,
+                                      "decode_bias_s": 1.9e-3, "decode_kv_s": 2.7e-7, "prefill_bias_s": 1.7e-3,
+                                      "prefill_attn_s": 5.0e-9})
+    assert k.nonattn_lines == ((9.6e-3, 0.0), (4.6e-3, 6.2e-5))
+    with pytest.raises(ValueError, match="unknown field"):
+        LinearCoefficients.from_dict({"bogus": 1.0})
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"decode_kv_s": -1.0}, "decode_kv_s"), ({"prefill_bias_s": float("nan")}, "prefill_bias_s"),
+    ({"nonattn_lines": ()}, "nonattn_lines"), ({"nonattn_lines": ((1.0,),)}, "nonattn_lines"),
+    ({"nonattn_lines": ((1.0, -2.0),)}, "nonattn_lines")])
+def test_coefficients_validate(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        LinearCoefficients(**kwargs)
+
+
+def test_from_json_rejects_other_kinds():
+    with pytest.raises(ValueError, match="kind must be 'linear'"):
+        LinearCostModel.from_json('{"kind": "roofline"}')
+
+
+def test_batch_time_is_fast(batches):
+    model = LinearCostModel()
+    start = time.perf_counter()
+    for _ in range(100):
+        for b in batches:
+            model.batch_time(*b)
+    per_call = (time.perf_counter() - start) / (100 * len(batches))
+    assert per_call < 50e-6     # ~20k calls per simulated run stay well under a second
