@@ -452,14 +452,14 @@ def sweep(config: "str | Path | Mapping[str, Any] | SweepConfig", out: "str | Pa
 
 def same_results(a, b) -> bool:
     """True when two results tables agree on every deterministic column (``wall_s`` aside)."""
-    drop = [c for c in NONDETERMINISTIC_COLUMNS + ("solver_wall_s",)]
-    a, b = a.drop(columns=drop, errors="ignore"), b.drop(columns=drop, errors="ignore")
-    if list(a.columns) != list(b.columns) or len(a) != len(b):
-        return False
     import pandas as pd
 
-    try:
-        pd.testing.assert_frame_equal(a.reset_index(drop=True), b.reset_index(drop=True), check_exact=True)
+    drop = [*NONDETERMINISTIC_COLUMNS, "solver_wall_s"]
+    a, b = (t.drop(columns=drop, errors="ignore").reset_index(drop=True) for t in (a, b))
+    if list(a.columns) != list(b.columns) or len(a) != len(b):
+        return False
+    try:  # values must match exactly; dtypes may differ after a parquet round trip (object vs str)
+        pd.testing.assert_frame_equal(a, b, check_exact=True, check_dtype=False)
     except AssertionError:
         return False
     return True

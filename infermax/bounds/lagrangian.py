@@ -32,20 +32,42 @@ _FEATURES = 4  # per-path totals: KV footprint, tokens, prefill tokens, batches 
 
 
 def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cheapest fill of every length 0..max_len from an empty cache, and its feature totals."""
+    """Cheapest fill of every length 0..max_len from an empty cache, and its feature totals.
+
+    F(e) = min_{m<e} F(m) + lin (e-m) + attn (e-m) e + μ_M e + μ_R
+         = lin e + attn e² + μ_M e + μ_R + min_m [F(m) - m (lin + attn e)],
+    a lower envelope of lines (slope -m, intercept F(m)) queried at increasing
+    x = lin + attn e: the monotone convex-hull trick makes the DP O(L).
+    """
     mu_M, mu_C, mu_P, mu_R = mu
     lin = per_token_s + co.prefill_token_s + mu_C + mu_P
-    cost = np.full(max_len + 1, np.inf)
-    cost[0] = 0.0
+    attn = co.prefill_attn_s
+    cost = [0.0] * (max_len + 1)
+    arg = [0] * (max_len + 1)
+    hull: list[tuple[float, float, int]] = []   # lines (slope, intercept, m), slopes decreasing
+    head = 0
+
+    def useless(l1, l2, l3) -> bool:   # l2 never below both neighbours
+        return (l3[1] - l1[1]) * (l1[0] - l2[0]) <= (l2[1] - l1[1]) * (l1[0] - l3[0])
+
+    for e in range(1, max_len + 1):
+        line = (-float(e - 1), cost[e - 1], e - 1)
+        while len(hull) - head >= 2 and useless(hull[-2], hull[-1], line):
+            hull.pop()
+        hull.append(line)
+        head = min(head, len(hull) - 1)
+        x = lin + attn * e
+        while head + 1 < len(hull) and hull[head + 1][0] * x + hull[head + 1][1] <= hull[head][0] * x + hull[head][1]:
+            head += 1
+        slope, icpt, m = hull[head]
+        cost[e] = slope * x + icpt + lin * e + attn * e * e + mu_M * e + mu_R
+        arg[e] = m
     feats = np.zeros((max_len + 1, _FEATURES))
     for e in range(1, max_len + 1):
-        m = np.arange(e)
-        c = e - m
-        step = cost[:e] + lin * c + co.prefill_attn_s * c * e + mu_M * e + mu_R
-        j = int(np.argmin(step))
-        cost[e] = step[j]
-        feats[e] = feats[j] + (e, e - j, e - j, 1)
-    return cost, feats
+        j = arg[e]
+        feats[e] = feats[j]
+        feats[e] += (e, e - j, e - j, 1)
+    return np.asarray(cost), feats
 
 
 def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np.ndarray):
@@ -70,7 +92,7 @@ def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np
 
 
 def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper: float | None = None,
-                     iterations: int = 60, start: np.ndarray | None = None) -> tuple[float, dict]:
+                     iterations: int = 40, patience: int = 8, start: np.ndarray | None = None) -> tuple[float, dict]:
     """Best L(μ) found by projected subgradient ascent (each value is a valid bound)."""
     I, O = workload.input_lens, workload.output_lens
     caps = np.array([limits.M, limits.C, limits.P, limits.R_max if limits.R_max is not None else 0.0],
@@ -83,6 +105,7 @@ def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper
         per_batch = a + beta
         mu = np.array(start if start is not None else [per_batch / limits.M, 0.0, 0.0, 0.0], dtype=np.float64)
         step_scale = 1.0
+        stalled = 0
         for it in range(iterations):
             mu = np.where(usable, np.maximum(mu, 0.0), 0.0)
             slack = per_batch - float(mu @ caps)
@@ -91,6 +114,9 @@ def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper
                 slack = 0.0
             paths, feats = path_totals(co, workload, b, mu)
             value = J_lo * slack + paths
+            stalled = 0 if value > best * (1 + 1e-6) else stalled + 1
+            if stalled > patience:
+                break
             if value > best:
                 best = value
                 best_detail = {"line": k, "multipliers": {"M": mu[0], "C": mu[1], "P": mu[2], "R_max": mu[3]},

@@ -44,14 +44,17 @@ STATS = ("median", "min", "mean")
 class ExecutionResult:
     """What running a schedule measured and produced.
 
-    ``batch_times_s`` [num_batches]: seconds per batch (``stat`` over
-    ``run_times_s`` [repeats, num_batches]). ``tokens``: generated ids per request
-    id; ``prompts``: the prompt ids. ``blocks_in_use``: KV blocks still held after
-    the last batch (0 when every request freed its cache).
+    ``batch_times_s`` [num_batches]: wall seconds per batch (``stat`` over
+    ``run_times_s`` [repeats, num_batches]). ``cpu_times_s``: the same for the
+    thread's CPU time (``time.thread_time``), a diagnostic: wall well above CPU
+    time means other processes took the core. ``tokens``: generated ids per
+    request id; ``prompts``: the prompt ids. ``blocks_in_use``: KV blocks still
+    held after the last batch (0 when every request freed its cache).
     """
 
     batch_times_s: np.ndarray
     run_times_s: np.ndarray
+    cpu_times_s: np.ndarray
     tokens: Mapping[int, tuple[int, ...]]
     prompts: Mapping[int, tuple[int, ...]]
     num_blocks: int
@@ -214,54 +217,76 @@ def execute(schedule: Schedule, workload: "Workload | str", model: Any = None, d
     if num_blocks is None:
         tokens_needed = min(limits.M, int((workload.input_lens + workload.output_lens).sum()))
         num_blocks = math.ceil(tokens_needed / block_size) + len(workload)
+    max_positions = int((workload.input_lens + workload.output_lens).max())
     with torch_threads(num_threads if device == "cpu" else None), torch.inference_mode():
-        max_positions = int((workload.input_lens + workload.output_lens).max())
         fused = FusedLlama(model, max_positions) if backend == "sdpa" else None
         step = lambda cache, packed: run(model, cache, packed, backend, fused).tolist()  # noqa: E731
         if warmup:
             _warm_up(step, model, prompts[int(workload.ids[0])], block_size, device)
-        runs, tokens, in_use = [], None, 0
-        for _ in range(repeats):
-            cache = model.new_kv_cache(num_blocks=num_blocks, block_size=block_size)
-            with _gc_paused():
-                times, generated = _run_schedule(schedule, workload, prompts, step, cache, device)
-            if tokens is not None and generated != tokens:
-                raise RuntimeError("two runs of the same schedule generated different tokens")
-            runs.append(times)
-            tokens, in_use = generated, num_blocks - cache.num_free_blocks
-    run_times = np.asarray(runs, dtype=np.float64).reshape(repeats, len(schedule))
-    return ExecutionResult(batch_times_s=getattr(np, stat)(run_times, axis=0), run_times_s=run_times,
-                           tokens=tokens, prompts=prompts, num_blocks=num_blocks, block_size=block_size,
-                           blocks_in_use=in_use, schedule=schedule, workload=workload, limits=limits,
-                           device=device, backend=backend, num_threads=num_threads,
-                           model={"layers": model.cfg.num_layers, "hidden": model.cfg.hidden_size,
-                                  "q_heads": model.cfg.num_q_heads, "kv_heads": model.cfg.num_kv_heads,
-                                  "ffn": model.cfg.intermediate_size, "vocab": model.cfg.vocab_size,
-                                  "seed": model.cfg.seed, "dtype": str(model.embed.weight.dtype)})
+        wall, cpu, tokens, in_use = _run_repeats(repeats, schedule, workload, prompts, step,
+                                                 lambda: model.new_kv_cache(num_blocks=num_blocks,
+                                                                            block_size=block_size), device)
+    summarise = getattr(np, stat)
+    return ExecutionResult(batch_times_s=summarise(wall, axis=0), run_times_s=wall,
+                           cpu_times_s=summarise(cpu, axis=0), tokens=tokens, prompts=prompts,
+                           num_blocks=num_blocks, block_size=block_size, blocks_in_use=in_use, schedule=schedule,
+                           workload=workload, limits=limits, device=device, backend=backend,
+                           num_threads=num_threads, model=_describe(model))
+
+
+def _describe(model: Any) -> dict[str, Any]:
+    cfg = model.cfg
+    return {"layers": cfg.num_layers, "hidden": cfg.hidden_size, "q_heads": cfg.num_q_heads,
+            "kv_heads": cfg.num_kv_heads, "ffn": cfg.intermediate_size, "vocab": cfg.vocab_size,
+            "seed": cfg.seed, "dtype": str(model.embed.weight.dtype).removeprefix("torch.")}
+
+
+def _run_repeats(repeats: int, schedule: Schedule, workload: Workload, prompts: Mapping[int, tuple[int, ...]],
+                 step: Callable[[Any, Any], list[int]], new_cache: Callable[[], Any], device: str
+                 ) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[int, ...]], int]:
+    """Run the schedule ``repeats`` times, each on a fresh cache.
+
+    Returns wall and CPU seconds [repeats, num_batches], the generated tokens
+    (identical in every run, or RuntimeError) and the blocks still held after the last run.
+    """
+    wall, cpu, tokens, in_use = [], [], None, 0
+    for _ in range(repeats):
+        cache = new_cache()
+        with _gc_paused():
+            times, cpu_times, generated = _run_schedule(schedule, workload, prompts, step, cache, device)
+        if tokens is not None and generated != tokens:
+            raise RuntimeError("two runs of the same schedule generated different tokens")
+        wall.append(times)
+        cpu.append(cpu_times)
+        tokens, in_use = generated, cache.k.shape[1] - cache.num_free_blocks   # k: [layers, blocks, ...]
+    shape = (repeats, len(schedule))
+    as_array = lambda runs: np.asarray(runs, dtype=np.float64).reshape(shape)  # noqa: E731
+    return as_array(wall), as_array(cpu), tokens, in_use
 
 
 def _run_schedule(schedule: Schedule, workload: Workload, prompts: Mapping[int, tuple[int, ...]],
                   step: Callable[[Any, Any], list[int]], cache: Any, device: str
-                  ) -> tuple[list[float], dict[int, tuple[int, ...]]]:
-    """One pass over the schedule on an empty cache: (seconds per batch, generated tokens).
+                  ) -> tuple[list[float], list[float], dict[int, tuple[int, ...]]]:
+    """One pass over the schedule on an empty cache: (wall and CPU seconds per batch, generated tokens).
 
     ``step(cache, packed)`` runs the forward pass and returns the next token ids
     as a list (so a CUDA step has finished when it returns).
     """
     progress = _Progress(prompts, workload)
-    times = []
+    times, cpu_times = [], []
     for batch in schedule.batches:
         for rid in batch.evict.tolist():
             progress.evict(rid, cache)
         chunks = [progress.chunk(rid, c) for rid, c in zip(batch.ids.tolist(), batch.tokens.tolist())]
         packed = pack(chunks, cache, device)
         _synchronize(device)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.thread_time()
         next_tokens = step(cache, packed)
         times.append(time.perf_counter() - start)
+        cpu_times.append(time.thread_time() - cpu_start)
         for chunk, token in zip(chunks, next_tokens):
             progress.commit(chunk, token, cache)
-    return times, progress.generated()
+    return times, cpu_times, progress.generated()
 
 
 def _warm_up(step: Callable[[Any, Any], list[int]], model: Any, prompt: tuple[int, ...], block_size: int,

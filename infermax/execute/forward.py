@@ -172,14 +172,13 @@ def _sdpa_forward(net: FusedLlama, cache: Any, batch: Packed) -> Any:
     cos, sin = net.cos[batch.positions], net.sin[batch.positions]
     x = net.embed(batch.input_ids)
     for layer_idx, (attn_norm, w_qkv, w_o, mlp_norm, w_gate_up, w_down) in enumerate(net.layers):
-        qkv = linear(net.rms_norm(x, attn_norm), w_qkv)
-        q = net.rope(qkv[:, :hq * hd].view(num_tokens, hq, hd), cos, sin)
-        k = net.rope(qkv[:, hq * hd:(hq + hkv) * hd].view(num_tokens, hkv, hd), cos, sin)
-        v = qkv[:, (hq + hkv) * hd:].view(num_tokens, hkv, hd)
+        qkv = linear(net.rms_norm(x, attn_norm), w_qkv).view(num_tokens, hq + 2 * hkv, hd)
+        qk = net.rope(qkv[:, :hq + hkv], cos, sin)                     # q and k heads rotated at once
+        q, k, v = qk[:, :hq], qk[:, hq:], qkv[:, hq + hkv:]
         k_cache, v_cache = cache.k[layer_idx], cache.v[layer_idx]       # [blocks, block_size, Hkv, D]
         k_cache.view(-1, hkv, hd)[batch.write_slots] = k.to(k_cache.dtype)
         v_cache.view(-1, hkv, hd)[batch.write_slots] = v.to(v_cache.dtype)
-        attn = torch.empty_like(q)
+        attn = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         if num_dec:
             k_dec = k_cache.index_select(0, batch.decode_blocks).view(num_dec, -1, hkv, hd).transpose(1, 2)
             v_dec = v_cache.index_select(0, batch.decode_blocks).view(num_dec, -1, hkv, hd).transpose(1, 2)

@@ -43,6 +43,7 @@ class SchedulerValidation:
     measured_s: np.ndarray
     predicted_start_s: np.ndarray
     measured_start_s: np.ndarray
+    cpu_s: np.ndarray
     batches: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -79,6 +80,7 @@ class ValidationReport:
                 "profile": self.profile, "stat": self.stat, "repeats": self.repeats, "cost": self.cost,
                 "schedulers": {r.scheduler: {"tokens_identical": r.tokens_identical,
                                              "blocks_in_use": r.blocks_in_use, "num_evictions": r.num_evictions,
+                                             "measured_cpu_busy_s": float(r.cpu_s.sum()),
                                              **r.comparison} for r in self.results}}
 
     def batch_rows(self) -> list[dict[str, Any]]:
@@ -87,7 +89,7 @@ class ValidationReport:
         for r in self.results:
             for j in range(r.predicted_s.size):
                 rows.append({"scheduler": r.scheduler, "batch": j, "predicted_s": float(r.predicted_s[j]),
-                             "measured_s": float(r.measured_s[j]),
+                             "measured_s": float(r.measured_s[j]), "measured_cpu_s": float(r.cpu_s[j]),
                              **{k: int(v[j]) for k, v in r.batches.items()}})
         return rows
 
@@ -127,7 +129,7 @@ def fit_cost_model(profile_dir: "str | Path", model: str = DEFAULT_MODEL, stat: 
 
 def validate(schedulers: "str | list[str]" = "vllm", workload: "Workload | str" = DEFAULT_WORKLOAD,
              limits: "Limits | str | None" = DEFAULT_LIMITS, *, profile: "str | Path | None" = None,
-             device: str = "cpu", model: str = DEFAULT_MODEL, seed: int = 0, repeats: int = 3,
+             device: str = "cpu", model: str = DEFAULT_MODEL, seed: int = 0, repeats: int = 10,
              stat: str | None = None, num_threads: int | None = 1, grid: Any = None,
              cost: Any = None) -> ValidationReport:
     """Profile (or reuse ``profile``), fit, then simulate + execute + compare each scheduler.
@@ -167,6 +169,7 @@ def validate(schedulers: "str | list[str]" = "vllm", workload: "Workload | str" 
             num_evictions=int(sim.metrics["num_evictions"]), comparison=run.compare(sim.trace),
             predicted_s=b["duration_s"].copy(), measured_s=run.batch_times_s.copy(),
             predicted_start_s=b["start_s"].copy(), measured_start_s=measured.batches["start_s"].copy(),
+            cpu_s=run.cpu_times_s.copy(),
             batches={k: b[k].copy() for k in ("num_requests", "num_tokens", "num_prefill_tokens", "num_decode",
                                               "kv_tokens", "num_evicted")}))
     return ValidationReport(workload=workload.name, limits=limits.to_dict(), device=device, model=model,
@@ -184,9 +187,9 @@ def plot_validation(report: ValidationReport, path: "str | Path") -> Path:
     fig, (ax_scatter, ax_time) = plt.subplots(1, 2, figsize=(12, 4.8))
     for r in report.results:
         ax_scatter.scatter(r.measured_s * 1e3, r.predicted_s * 1e3, s=14, alpha=0.7, label=r.scheduler)
-        line, = ax_time.step(r.measured_start_s + r.measured_s, r.measured_s * 1e3, where="post",
+        line, = ax_time.step(*_timeline(r.measured_start_s, r.measured_s), where="post",
                              label=f"{r.scheduler} measured")
-        ax_time.step(r.predicted_start_s + r.predicted_s, r.predicted_s * 1e3, where="post", linestyle="--",
+        ax_time.step(*_timeline(r.predicted_start_s, r.predicted_s), where="post", linestyle="--",
                      color=line.get_color(), label=f"{r.scheduler} predicted")
     every = np.concatenate([np.r_[r.measured_s, r.predicted_s] for r in report.results]) * 1e3
     lo, hi = every.min() * 0.8, every.max() * 1.25
@@ -194,7 +197,7 @@ def plot_validation(report: ValidationReport, path: "str | Path") -> Path:
     ax_scatter.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), xlabel="measured batch time (ms)",
                    ylabel="predicted batch time (ms)", title="per batch")
     ax_scatter.legend()
-    ax_time.set(xlabel="batch end time (s)", ylabel="batch time (ms)", title="timeline: measured (solid) vs "
+    ax_time.set(xlabel="time (s)", ylabel="batch time (ms)", title="timeline: measured (solid) vs "
                 "predicted (dashed)")
     ax_time.legend(fontsize=7)
     s = report.summary()
@@ -206,3 +209,8 @@ def plot_validation(report: ValidationReport, path: "str | Path") -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _timeline(start_s: np.ndarray, duration_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Step-plot points: each batch's duration (ms) held from its start to the next batch's start."""
+    return np.r_[start_s, start_s[-1] + duration_s[-1]], np.r_[duration_s, duration_s[-1]] * 1e3

@@ -1,0 +1,117 @@
+"""``infermax sweep`` and ``infermax plot``.
+
+    infermax sweep config.yaml [--out results.parquet] [--executor local|serial|ray|ray://host:port]
+                               [--workers 2] [--no-resume] [--retry-errors] [--json]
+    infermax plot results.parquet [--x I] [--metric tps ...] [--hue scheduler] [--col O] [--row M]
+                                  [--where "B == 1024"] [--kind grid|tradeoff] [--out fig.png] [--json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+SHOW = ("workload", "scheduler", "limits", "latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions")
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .sweep import SweepConfig, run_cells
+
+    cfg = SweepConfig.load(args.config)
+    out = Path(args.out or cfg.out or Path(args.config).with_suffix(".parquet"))
+    bar = None
+    if not args.json and not args.no_progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(cfg.cells()), desc=cfg.name, unit="cell", file=sys.stderr, disable=None)
+
+    def progress(done: int, total: int) -> None:
+        if bar is not None:
+            bar.update(done - bar.n)
+
+    try:
+        df = run_cells(cfg.cells(), out=out, executor=args.executor, workers=args.workers,
+                       resume=not args.no_resume, retry_errors=args.retry_errors, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    errors = df[df["error"].notna()]
+    summary = {"name": cfg.name, "cells": len(df), "errors": len(errors), "out": str(out),
+               "csv": str(out.with_suffix(".csv"))}
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    from .cli import print_table
+
+    cols = [c for c in SHOW if c in df]
+    print_table(df[df["error"].isna()][cols].to_dict("records"), cols)
+    for _, row in errors.iterrows():
+        print(f"error in {row['workload']} / {row['scheduler']} / {row['limits']}: {row['error']}", file=sys.stderr)
+    print(f"{len(df)} cells ({len(errors)} errors) -> {out} and {out.with_suffix('.csv')}")
+    return 0
+
+
+def _where(df, expr: str | None):
+    if not expr:
+        return df
+    try:
+        return df.query(expr)
+    except Exception as exc:  # pandas raises many types for a bad expression
+        raise ValueError(f"--where {expr!r} is not a valid filter on columns {list(df.columns)}: {exc}") from None
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from . import plots
+
+    path = Path(args.results)
+    if not path.exists():
+        raise ValueError(f"results file {str(path)!r} does not exist")
+    df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+    df = _where(df, args.where)
+    if df.empty:
+        raise ValueError("no rows to plot (check --where)")
+    metrics = args.metric or ["tps"]
+    if args.kind == "tradeoff":
+        fig = plots.tradeoff(df, hue=args.hue, annotate=args.x if args.x in df else None)
+    else:
+        col = args.col if args.col is not None else ("O" if "O" in df else "")
+        fig = plots.metric_grid(df, metrics, x=args.x, hue=args.hue, col=col or None, row=args.row,
+                                logx=not args.linear_x, logy=args.log_y)
+    out = Path(args.out or path.with_suffix(".png"))
+    plots.save(fig, out)
+    axes = [ax for ax in fig.axes if ax.has_data()]
+    info = {"out": str(out), "panels": len(axes), "lines": sum(len(ax.lines) for ax in axes), "rows": len(df)}
+    print(json.dumps(info) if args.json else f"wrote {out} ({info['panels']} panels, {info['lines']} lines)")
+    return 0
+
+
+def add_subcommands(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="run a grid of workload x scheduler x limits x cost cells (resumable)")
+    p.add_argument("config", help="sweep YAML (schema: python -c 'import infermax.sweep; help(infermax.sweep)')")
+    p.add_argument("--out", help="results parquet (a CSV is written beside it; default: the config's out, "
+                   "else CONFIG.parquet)")
+    p.add_argument("--executor", default="local", help="serial, local (process pool), ray, or ray://host:port")
+    p.add_argument("--workers", type=int, default=2, help="processes of the local executor (default 2)")
+    p.add_argument("--no-resume", action="store_true", help="run every cell again, even those already in --out")
+    p.add_argument("--retry-errors", action="store_true", help="run again the cells that raised")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("plot", help="plot a sweep results table (metric vs x, one line per scheduler)")
+    p.add_argument("results", help="results .parquet (or .csv) written by `infermax sweep`")
+    p.add_argument("--x", default="I", help="x-axis column (default I)")
+    p.add_argument("--metric", action="append", help="metric column (repeat for several rows; default tps)")
+    p.add_argument("--hue", default="scheduler", help="one line per value of this column (default scheduler)")
+    p.add_argument("--col", help="one panel per value of this column (default O when present; '' for one panel)")
+    p.add_argument("--row", help="one row of panels per value of this column (with a single --metric)")
+    p.add_argument("--where", help="pandas query to select rows, e.g. 'B == 1024 and M == 100000'")
+    p.add_argument("--kind", choices=("grid", "tradeoff"), default="grid", help="grid (default) or TTFT/TPOT")
+    p.add_argument("--linear-x", action="store_true", help="linear x axis (default log)")
+    p.add_argument("--log-y", action="store_true", help="log y axis")
+    p.add_argument("--out", help="image file (default: RESULTS.png)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary")
+    p.set_defaults(func=cmd_plot)
