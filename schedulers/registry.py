@@ -71,12 +71,21 @@ def _parse_options(text: str, name: str) -> dict[str, Any]:
 
 def load_scheduler_class(path: str) -> Callable[..., Scheduler]:
     """Import ``package.module:ClassName`` (outside code implementing Scheduler)."""
+    import os
+    import sys
+
     module_name, _, attr = path.partition(":")
     try:
-        obj = getattr(importlib.import_module(module_name), attr)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            if os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())   # the console script does not see the working directory
+            module = importlib.import_module(module_name)
+        return getattr(module, attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"cannot import scheduler {path!r}: {exc}") from None
-    return obj
 
 
 def get_scheduler(spec: "str | Scheduler", **options: Any) -> Scheduler:
