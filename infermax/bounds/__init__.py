@@ -25,7 +25,7 @@ from infermax.engine import resolve_inputs
 from .costs import coefficients_of
 from .lagrangian import lagrangian_bound
 from .lp import lp_bound
-from .work import arrival_bound, work_bound
+from .work import arrival_bound
 
 log = logging.getLogger(__name__)
 

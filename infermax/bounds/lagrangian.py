@@ -94,7 +94,7 @@ def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np
 def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper: float | None = None,
                      iterations: int = 40, patience: int = 8, start: np.ndarray | None = None) -> tuple[float, dict]:
     """Best L(μ) found by projected subgradient ascent (each value is a valid bound)."""
-    I, O = workload.input_lens, workload.output_lens
+    O = workload.output_lens
     caps = np.array([limits.M, limits.C, limits.P, limits.R_max if limits.R_max is not None else 0.0],
                     dtype=np.float64)
     usable = caps > 0

@@ -8,7 +8,8 @@ greedy sampling and returns one next-token id per chunk.
 
 Attention backends:
 
-- ``"sdpa"`` (the CPU default): decode-phase requests attend in one batched
+- ``"sdpa"`` (the CPU default): the model's weights fused as an engine runs
+  them (:class:`FusedLlama`); decode-phase requests attend in one batched
   ``scaled_dot_product_attention`` call over their KV gathered from the paged
   cache (padded to the longest, masked); each prefill-phase request attends in
   its own call. This is the structure the linear cost model assumes and the CPU
