@@ -27,3 +27,16 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+
+
+class _CallablePackage(type(import_module(__name__))):
+    """Makes ``infermax.execute(schedule, workload, ...)`` work as the design's API says,
+    while ``infermax.execute`` stays the subpackage (``infermax.execute.validate`` ...)."""
+
+    def __call__(self, *args, **kwargs):
+        return getattr(import_module(f"{__name__}.executor"), "execute")(*args, **kwargs)
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _CallablePackage

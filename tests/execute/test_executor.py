@@ -153,3 +153,12 @@ def test_importing_infermax_and_the_cli_does_not_import_torch():
     code = ("import sys, infermax, infermax.execute, infermax.execute.cli, infermax.cli; "
             "infermax.cli.build_parser(); assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_infermax_execute_is_callable_as_the_design_says():
+    import infermax
+    import infermax.execute
+
+    sim = infermax.simulate("fixed:I=16,O=4,B=4", "vllm", "M=512,C=256")
+    result = infermax.execute(sim.schedule, "fixed:I=16,O=4,B=4", limits="M=512,C=256")
+    assert type(result).__name__ == "ExecutionResult"
