@@ -6,7 +6,7 @@ schedule with one cost model, and compare against optimal schedules and bounds.
     >>> r.metrics["latency_s"] > 0
     True
 """
-from . import schedulers
+from . import schedulers, sweep
 from .engine import SchedulerStuckError, SimResult, simulate
 from .metrics import metrics, metrics_by_tag
 from .replay import replay

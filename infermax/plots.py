@@ -35,6 +35,10 @@ GANTT_STATES = ("idle", "holding KV", "prefill", "refill", "decode", "evicted")
 GANTT_COLORS = ("#ffffff", "#dddddd", "#4c72b0", "#dd8452", "#55a868", "#c44e52")
 
 
+def pd_numeric(series) -> bool:
+    return series.dtype.kind in "iuf"
+
+
 def label(name: str) -> str:
     return LABELS.get(name, name)
 
@@ -43,8 +47,28 @@ def _ok(df):
     return df[df["error"].isna()] if "error" in df else df
 
 
+def _short(value: float) -> str:
+    """A tick label: 1024 stays 1024, 100000 is 100K, 1000000 is 1M."""
+    if value >= 1e6 and value % 1e6 == 0:
+        return f"{value / 1e6:g}M"
+    if value >= 1e4 and value % 1e3 == 0:
+        return f"{value / 1e3:g}K"
+    return f"{value:g}"
+
+
+def _ticks(ax, values) -> None:
+    """Label the x values that occur (at most ~8 of them) instead of matplotlib's log ticks."""
+    xs = sorted({float(v) for v in values})
+    step = max(1, (len(xs) + 7) // 8)
+    shown = xs[::step]
+    ax.set_xticks(shown, [_short(v) for v in shown])
+    ax.set_xticks([], minor=True)
+
+
 def _facet(value: Any, name: str) -> str:
-    return f"{name} = {value:g}" if isinstance(value, (int, float, np.integer, np.floating)) else f"{name} = {value}"
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return f"{name} = {int(value):,}" if float(value).is_integer() else f"{name} = {value:g}"
+    return f"{name} = {value}"
 
 
 def metric_grid(df, metrics: "str | Sequence[str]" = "tps", x: str = "I", hue: str = "scheduler",
@@ -66,7 +90,11 @@ def metric_grid(df, metrics: "str | Sequence[str]" = "tps", x: str = "I", hue: s
     rows = sorted(data[row].dropna().unique()) if row else [None]
     panels = [(r, m) for r in rows for m in metrics]
     hues = list(hue_order) if hue_order is not None else list(dict.fromkeys(data[hue]))
-    fig = Figure(figsize=(panel_size[0] * len(cols), panel_size[1] * len(panels)))
+    # legend (and title) in a band of fixed height above the panels
+    ncol = max(1, min(len(hues), 6))
+    band_in = 0.22 * -(-len(hues) // ncol) + (0.3 if title else 0.0)
+    height_in = panel_size[1] * len(panels) + band_in
+    fig = Figure(figsize=(panel_size[0] * len(cols), height_in))
     axes = fig.subplots(len(panels), len(cols), squeeze=False, sharex=True, sharey="row")
     for i, (rv, metric) in enumerate(panels):
         for k, cv in enumerate(cols):
@@ -78,10 +106,13 @@ def metric_grid(df, metrics: "str | Sequence[str]" = "tps", x: str = "I", hue: s
                 sub = sub[sub[row] == rv]
             for h in hues:
                 line = sub[sub[hue] == h].groupby(x)[metric].mean().sort_index()
-                if len(line):
-                    ax.plot(line.index, line.values, marker="o", ms=3, label=str(h))
+                if len(line):   # eviction-free variants dashed, so that they stay visible on top of the originals
+                    ax.plot(line.index, line.values, marker="o", ms=3, label=str(h),
+                            ls="--" if str(h).endswith("-ef") else "-")
             ax.set_xscale("log" if logx else "linear")
-            if logy:
+            if pd_numeric(data[x]):
+                _ticks(ax, data[x].dropna())
+            if logy and (sub[metric] > 0).any():
                 ax.set_yscale("log")
             parts = [_facet(cv, col) if col else "", _facet(rv, row) if row else ""]
             ax.set_title(", ".join(p for p in parts if p) if i == 0 or row else "", fontsize=9)
@@ -90,12 +121,13 @@ def metric_grid(df, metrics: "str | Sequence[str]" = "tps", x: str = "I", hue: s
             if i == len(panels) - 1:
                 ax.set_xlabel(label(x))
     handles, names = axes[0][0].get_legend_handles_labels()
+    top = 1 - band_in / height_in
     if handles:
-        fig.legend(handles, names, loc="upper center", ncol=min(len(names), 6), fontsize=8,
-                   bbox_to_anchor=(0.5, 1.0), frameon=False)
+        fig.legend(handles, names, loc="lower center", ncol=ncol, fontsize=8, bbox_to_anchor=(0.5, top),
+                   frameon=False)
     if title:
-        fig.suptitle(title, y=1.04)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+        fig.suptitle(title, y=0.995, va="top", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, top), pad=0.5)
     return fig
 
 

@@ -3,7 +3,7 @@
     >>> import infermax.sweep
     >>> df = infermax.sweep({"workloads": {"grid": {"I": [16, 64], "O": [8], "B": [32]}},
     ...                      "schedulers": ["vllm", "sarathi"]}, executor="serial")
-    >>> len(df), df["error"].isna().all()
+    >>> len(df), bool(df["error"].isna().all())
     (4, True)
 
 The module itself is callable (``infermax.sweep(...)`` is :func:`sweep`).
@@ -22,10 +22,10 @@ Config (a YAML file, a dict or a :class:`SweepConfig`)::
       - M=100000,C=4096
       - grid: {M: [100, 1000], C: [4096]}
     costs: [default]                  # cost-model names or JSON paths (default [default])
-    solver:                           # optional: one more cell per (workload, limits, cost)
-      backend: cpsat                  # ... solved by infermax.solve_optimal(**this block)
-      objective: latency
-      time_limit_s: 30
+    solver:                           # optional: one more cell per (workload, limits, cost) ...
+      backend: cpsat                  # ... solved by infermax.solve_optimal(**this block);
+      objective: latency              # a list of blocks gives one cell per block, labelled
+      time_limit_s: 30                # "optimal" or "optimal:<policy>" in the scheduler column
 
 A grid item expands to the Cartesian product of its lists, in the order written;
 without ``template`` it is ``fixed:I={I},O={O},B={B}`` (workloads),
@@ -33,18 +33,19 @@ without ``template`` it is ``fixed:I={I},O={O},B={B}`` (workloads),
 ``{name}:R_max={R_max}`` (schedulers; every key but ``name`` as an option).
 
 Results: one row per cell, in grid order (workloads outermost, then schedulers,
-limits, costs; the solver cell after the schedulers). Columns: ``cell_id`` (a hash
+limits, costs; solver cells after the schedulers). Columns: ``cell_id`` (a hash
 of the cell's four specs and solver options), the specs (``workload``,
 ``scheduler``, ``limits`` in canonical form, ``cost``, ``solver``), the parsed
 config (``kind``, ``I``, ``O``, ``B``, ... from the workload spec; ``policy`` =
 scheduler name without options; ``M``, ``C``, ``P``, ``R_max``), every metric of
 :func:`infermax.metrics` (solver cells add ``objective``, ``bound``, ``gap``,
-``status``, ``backend``), ``error`` (None, or the exception of a cell that
-raised) and ``wall_s``. Every column but ``wall_s`` is the same whichever executor
+``status``, ``backend``, ``solver_wall_s`` and ``schedule_json``), ``error`` (None, or the exception of a cell that
+raised) and ``wall_s``. Every column but the timings is the same whichever executor
 ran the cells (solver cells stopped by a time limit excepted).
 
 Resuming: with ``out`` set, rows already in ``out`` are kept and their cells are
-not run again (``retry_errors=True`` re-runs cells that raised). The table is
+not run again (``retry_errors=True`` re-runs cells that raised); rows of cells
+outside this sweep stay in the file but not in the returned table. The table is
 written to ``out`` (parquet) and beside it as CSV every ``checkpoint_s`` seconds
 and at the end, also when interrupted.
 
@@ -73,8 +74,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_LIMITS = ("M=100000,C=4096",)
 DEFAULT_COSTS = ("default",)
-NONDETERMINISTIC_COLUMNS = ("wall_s",)
-_TEMPLATES = {"workloads": "fixed:I={I},O={O},B={B}"}
+NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s")   # timings; every other column is reproducible
+FIXED_TEMPLATE = "fixed:I={I},O={O},B={B}"
 
 
 # --- configuration -------------------------------------------------------------------------------
@@ -98,7 +99,7 @@ def _expand_grid(axis: str, grid: Mapping[str, Any], template: str | None) -> li
             if missing:
                 raise ValueError(f"sweep config: a workloads grid without a template needs I, O and B; "
                                  f"missing {sorted(missing)}")
-            out.append(_TEMPLATES[axis].format(**point) + "".join(f",{k}={v}" for k, v in extra.items()))
+            out.append(FIXED_TEMPLATE.format(**point) + "".join(f",{k}={v}" for k, v in extra.items()))
         elif axis == "schedulers":
             if "name" not in point:
                 raise ValueError("sweep config: a schedulers grid needs a 'name' list (or a template)")
@@ -145,7 +146,7 @@ class SweepConfig:
     schedulers: tuple[str, ...]
     limits: tuple[str, ...] = DEFAULT_LIMITS
     costs: tuple[str, ...] = DEFAULT_COSTS
-    solver: Mapping[str, Any] | None = None
+    solver: tuple[Mapping[str, Any], ...] = ()
     name: str = "sweep"
     out: str | None = None
 
@@ -160,8 +161,9 @@ class SweepConfig:
             get_scheduler(spec)      # unknown names and bad options fail before any work
         for spec in self.limits:
             Limits.from_spec(spec)
-        if self.solver is not None and not isinstance(self.solver, Mapping):
-            raise ValueError(f"SweepConfig.solver must be a mapping of solve_optimal options, got {self.solver!r}")
+        if not isinstance(self.solver, tuple) or not all(isinstance(b, Mapping) for b in self.solver):
+            raise ValueError(f"SweepConfig.solver must be a tuple of solve_optimal option mappings, "
+                             f"got {self.solver!r}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> "SweepConfig":
@@ -176,7 +178,7 @@ class SweepConfig:
                    schedulers=_axis(data.get("schedulers"), "schedulers"),
                    limits=_axis(data.get("limits"), "limits", DEFAULT_LIMITS),
                    costs=_axis(data.get("costs"), "costs", DEFAULT_COSTS),
-                   solver=data.get("solver"), name=str(data.get("name", "sweep")), out=out)
+                   solver=_solver_blocks(data.get("solver")), name=str(data.get("name", "sweep")), out=out)
 
     @classmethod
     def load(cls, source: "str | Path | Mapping[str, Any] | SweepConfig") -> "SweepConfig":
@@ -198,13 +200,27 @@ class SweepConfig:
     def cells(self) -> list["Cell"]:
         """Every cell, in grid order (workloads outermost)."""
         limits = [canonical_limits(s) for s in self.limits]
-        solver = json.dumps(dict(self.solver), sort_keys=True) if self.solver is not None else None
+        solvers = [(solver_label(b), json.dumps(dict(b), sort_keys=True)) for b in self.solver]
         out = []
         for w in self.workloads:
             out += [Cell(w, s, lim, c) for s in self.schedulers for lim in limits for c in self.costs]
-            if solver is not None:
-                out += [Cell(w, "optimal", lim, c, solver) for lim in limits for c in self.costs]
+            out += [Cell(w, name, lim, c, opts) for name, opts in solvers for lim in limits for c in self.costs]
         return out
+
+
+def _solver_blocks(raw: Any) -> tuple[Mapping[str, Any], ...]:
+    if raw is None:
+        return ()
+    blocks = tuple(raw) if isinstance(raw, (list, tuple)) else (raw,)
+    for b in blocks:
+        if not isinstance(b, Mapping):
+            raise ValueError(f"sweep config: solver must be a mapping of solve_optimal options (or a list), got {b!r}")
+    return blocks
+
+
+def solver_label(options: Mapping[str, Any]) -> str:
+    """The scheduler-column label of a solver cell: ``optimal`` or ``optimal:<policy>``."""
+    return f"optimal:{options['policy']}" if options.get("policy") else "optimal"
 
 
 def canonical_limits(spec: str) -> str:
@@ -214,7 +230,8 @@ def canonical_limits(spec: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One run: a scheduler (or the solver, ``scheduler="optimal"``) on a workload under limits and a cost."""
+    """One run: a scheduler on a workload under limits and a cost — or, when ``solver`` holds
+    solve_optimal options, the solver (``scheduler`` is then only a label, e.g. ``"optimal"``)."""
 
     workload: str
     scheduler: str
@@ -259,14 +276,21 @@ def config_columns(cell: Cell) -> dict[str, Any]:
 
 
 def _solve(cell: Cell) -> dict[str, Any]:
+    """A solver cell: the replayed metrics of the schedule found, the solver's account, and the
+    schedule itself as JSON (``schedule_json``; optimal schedules are expensive and small)."""
     import infermax
     from .metrics import metrics
     from .replay import replay
 
     res = infermax.solve_optimal(cell.workload, limits=cell.limits, cost=cell.cost, **json.loads(cell.solver))
-    row = metrics(replay(res.schedule, cell.workload, cell.limits, cell.cost))
-    return {**row, "objective": float(res.objective), "bound": float(res.bound), "gap": float(res.gap),
-            "status": str(res.status), "backend": str(res.backend), "solver_wall_s": float(res.wall_s)}
+    row: dict[str, Any] = {}
+    if res.schedule is not None:
+        row = metrics(replay(res.schedule, cell.workload, cell.limits, cell.cost))
+    nan = float("nan")
+    return {**row, "objective": nan if res.objective is None else float(res.objective),
+            "bound": nan if res.bound is None else float(res.bound), "gap": nan if res.gap is None else float(res.gap),
+            "status": str(res.status), "backend": str(res.backend), "solver_wall_s": float(res.wall_s),
+            "schedule_json": None if res.schedule is None else res.schedule.to_json()}
 
 
 def run_cell(cell: Cell) -> dict[str, Any]:
@@ -400,7 +424,10 @@ def _config_keys(row: dict[str, Any]) -> list[str]:
 def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: str = "local",
               workers: int = 2, resume: bool = True, retry_errors: bool = False,
               progress: Callable[[int, int], None] | None = None, checkpoint_s: float = 10.0):
-    """Run ``cells`` (skipping those already in ``out`` when resuming) and return the table.
+    """Run ``cells`` (skipping those already in ``out`` when resuming) and return their table.
+
+    The file ``out`` keeps the rows of other cells it held (after this sweep's rows);
+    the returned table has exactly one row per cell, in the order given.
 
     ``progress(done, total)`` is called after each finished cell (the CLI draws a bar).
     """
@@ -428,13 +455,15 @@ def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: 
             _write(_table(rows, order), path)
             last_write = time.monotonic()
 
+    if progress is not None:
+        progress(done, len(cells))
     try:
         if todo:
             run(todo, on_row, workers, **kwargs)
     finally:
         if path is not None and rows:
             _write(_table(rows, order), path)
-    return _table(rows, order)
+    return _table({k: rows[k] for k in order}, order)
 
 
 def sweep(config: "str | Path | Mapping[str, Any] | SweepConfig", out: "str | Path | None" = None,
@@ -451,11 +480,10 @@ def sweep(config: "str | Path | Mapping[str, Any] | SweepConfig", out: "str | Pa
 
 
 def same_results(a, b) -> bool:
-    """True when two results tables agree on every deterministic column (``wall_s`` aside)."""
+    """True when two results tables agree exactly on every column but the timings."""
     import pandas as pd
 
-    drop = [*NONDETERMINISTIC_COLUMNS, "solver_wall_s"]
-    a, b = (t.drop(columns=drop, errors="ignore").reset_index(drop=True) for t in (a, b))
+    a, b = (t.drop(columns=list(NONDETERMINISTIC_COLUMNS), errors="ignore").reset_index(drop=True) for t in (a, b))
     if list(a.columns) != list(b.columns) or len(a) != len(b):
         return False
     try:  # values must match exactly; dtypes may differ after a parquet round trip (object vs str)
