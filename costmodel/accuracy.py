@@ -11,8 +11,14 @@ other folds and predicts its own; errors are pooled over folds.
 Whole batches: Vidur measures operators, not batches, so a held-out *batch* is
 composed from held-out measurements of one fold: a decode row (b requests at KV
 k), a prefill row (one chunk c after m cached tokens), or both, plus the
-non-attention measurement at exactly N = b + c tokens; its measured time is the
+non-attention measurement at exactly N = b + c tokens and, when the profile has
+an ``lm_head`` column, the LM head at R = b (+1) rows; its measured time is the
 sum, its prediction is ``LinearCostModel.batch_time`` on that batch.
+
+LM-head rows are held out with the non-attention token counts (they are the
+same rows of ``mlp.csv``) from the fit; the *measured* side of a composed batch
+and of the ``non_attention`` operator (non-attention at N tokens plus the LM
+head of one request) reads every LM-head measurement, interpolated in R.
 
 Errors are absolute percentage errors as fractions: |pred − meas| / meas.
 """
@@ -24,7 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .fitting import OperatorData, fit_operators, operator_data
+from .fitting import OperatorData, fit_operators, operator_data, request_parts
 from .linear import LinearCoefficients, LinearCostModel
 from .roofline import RooflineCostModel, roofline_terms
 from .specs import ModelSpec, get_gpu_spec, get_model_spec
@@ -91,6 +97,7 @@ def compose_batches(data: OperatorData, rng: np.random.Generator, per_kind: int 
             kv = np.r_[np.full(b, data.decode_kv[i] if b else 0), [data.prefill_kv[j]] if c else []].astype(np.int64)
             is_decode = np.r_[np.ones(b, bool), np.zeros(1 if c else 0, bool)]
             measured = na[b + c] + (data.decode_s[i] if b else 0.0) + (data.prefill_s[j] if c else 0.0)
+            measured += float(data.lm_head_at(tokens.size))
             batches.append((tokens, kv, is_decode, float(measured)))
     return batches
 
@@ -120,14 +127,19 @@ def cross_validate(data: OperatorData, fit: Callable[[OperatorData], LinearCoeff
     groups = attention_groups(data, split)
     folds = (group_folds(data.nonattn_group, k, seed), group_folds(groups["decode_attention"][1], k, seed + 1),
              group_folds(groups["prefill_attention"][1], k, seed + 2))
+    head_fold = group_folds(data.head_rows, k, seed) if data.head_rows.size else np.zeros(0, np.int64)
     rng = np.random.default_rng(seed)
     held = HeldOut()
     for f in range(k):
-        test = data.subset(*(fold == f for fold in folds))
-        coefficients = fit(data.subset(*(fold != f for fold in folds)))
+        test = data.subset(*(fold == f for fold in folds))              # measured side: every LM-head row
+        train = data.subset(*(fold != f for fold in folds), head_fold != f)
+        coefficients = fit(train)
         model = LinearCostModel(coefficients)
-        held.add("non_attention", test.nonattn_s, coefficients.nonattention_s(test.nonattn_tokens))
-        held.add("decode_attention", test.decode_s, coefficients.decode_s(test.decode_batch * (test.decode_kv + 1.0)))
+        head_s, decode_request_s = request_parts(train, coefficients)
+        held.add("non_attention", test.nonattn_s + test.lm_head_at(1.0),
+                 coefficients.nonattention_s(test.nonattn_tokens) + head_s)
+        held.add("decode_attention", test.decode_s, coefficients.decode_s(test.decode_batch * (test.decode_kv + 1.0))
+                 + decode_request_s * test.decode_batch)
         c = test.prefill_chunk.astype(np.float64)
         held.add("prefill_attention", test.prefill_s, coefficients.prefill_s(c * (test.prefill_kv + c), c))
         for tokens, kv, is_decode, measured in compose_batches(test, rng, batches_per_kind):
@@ -169,14 +181,18 @@ def _infer(profile: str, model: "str | ModelSpec | None", gpu: str | None) -> tu
 
 def accuracy_report(profile: str, model: "str | ModelSpec | None" = None, gpu: str | None = None, tp: int = 1,
                     k: int = 5, seed: int = 0, split: str = "clump", num_lines: int = 2, extended: bool = False,
-                    batches_per_kind: int = 200, stat: str = "median") -> tuple[dict[str, Any], HeldOut]:
-    """Fit a profile with held-out evaluation; returns (report dict, pooled held-out points)."""
+                    batches_per_kind: int = 200, stat: str = "median", request_term: bool | None = None
+                    ) -> tuple[dict[str, Any], HeldOut]:
+    """Fit a profile with held-out evaluation; returns (report dict, pooled held-out points).
+
+    ``request_term``: fit ``request_s`` (default: when the profile has an LM head); see fitting.py.
+    """
     spec, gpu = _infer(profile, model, gpu)
     data = operator_data(profile, spec, tp, require_attention=False, stat=stat)
     roofline = roofline_terms(spec, gpu, tp) if gpu else None
 
     def fit(d: OperatorData) -> LinearCoefficients:
-        return fit_operators(d, roofline, num_lines=num_lines, extended=extended)
+        return fit_operators(d, roofline, num_lines=num_lines, extended=extended, request_term=request_term)
 
     held = cross_validate(data, fit, k, seed, split, batches_per_kind)
     final = fit(data)
@@ -186,7 +202,7 @@ def accuracy_report(profile: str, model: "str | ModelSpec | None" = None, gpu: s
     report: dict[str, Any] = {
         "profile": str(profile), "model": spec.name, "gpu": gpu, "tp": tp,
         "protocol": {"folds": k, "split": split, "seed": seed, "num_lines": num_lines, "extended": extended,
-                     "stat": stat, "groups": groups},
+                     "request_term": request_term, "stat": stat, "groups": groups},
         **held.stats(),
         "coefficients": final.to_dict(),
     }

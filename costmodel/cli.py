@@ -116,7 +116,9 @@ def _report_text(r: dict[str, Any]) -> str:
     p = r["protocol"]
     lines = [f"profile {r['profile']}: {r['model']} on {r['gpu'] or 'unknown GPU'}, TP {r['tp']}",
              f"held-out: {p['folds']}-fold CV over groups ({'; '.join(f'{k}: {v}' for k, v in p['groups'].items())}),"
-             f" seed {p['seed']}, {p['num_lines']} non-attention lines{', extended features' if p['extended'] else ''}",
+             f" seed {p['seed']}, {p['num_lines']} non-attention lines{', extended features' if p['extended'] else ''}"
+             f"{', no request term' if p['request_term'] is False else ''}"
+             f"{', request term' if p['request_term'] else ''}",
              f"{'operator':<20}{'n':>6}  {'median APE':>10}  {'p90 APE':>8}"]
     for key in ("non_attention", "attention", "decode_attention", "prefill_attention", "batch"):
         st = r[key]
@@ -133,7 +135,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .accuracy import accuracy_report, plot_accuracy
     report, held = accuracy_report(args.profile, model=args.model, gpu=args.gpu, tp=args.tp, k=args.folds,
                                    seed=args.seed, split=args.split, num_lines=args.lines, extended=args.extended,
-                                   stat=args.stat)
+                                   stat=args.stat, request_term=args.request_term)
     if args.plot:
         report["plot"] = str(plot_accuracy(held, args.plot, title=f"{args.profile} (held-out)"))
     text = _report_text(report) + (f"\nplot: {report['plot']}" if args.plot else "")
@@ -162,7 +164,7 @@ def _cmd_fit(args: argparse.Namespace) -> int:
     from .accuracy import accuracy_report
     from .linear import LinearCoefficients, LinearCostModel
     report, _ = accuracy_report(args.profile, model=args.model, gpu=args.gpu, tp=args.tp, num_lines=args.lines,
-                                extended=args.extended, stat=args.stat)
+                                extended=args.extended, stat=args.stat, request_term=args.request_term)
     model = LinearCostModel(LinearCoefficients.from_dict(report["coefficients"]), name=Path(args.out).stem,
                             description=f"fitted to {args.profile} (TP {args.tp})")
     model.to_json(args.out)
@@ -184,6 +186,10 @@ def _fit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel degree to fit (default 1)")
     p.add_argument("--lines", type=int, default=2, help="lines in the non-attention max (default 2)")
     p.add_argument("--extended", action="store_true", help="add a per-prefill-token attention feature")
+    p.add_argument("--request-term", dest="request_term", action="store_true", default=None,
+                   help="fit request_s (default: only when the profile has an lm_head column)")
+    p.add_argument("--no-request-term", dest="request_term", action="store_false",
+                   help="leave request_s at 0 even when the profile has an lm_head column")
     p.add_argument("--stat", default="median", choices=("median", "min", "mean"), help="summary of repeated runs")
     p.add_argument("--json", action="store_true")
 

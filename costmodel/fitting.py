@@ -6,7 +6,13 @@ Three regressions, each on whole-model seconds (per-layer times x layers):
   linear; weight-read floor, then FLOP-bound slope);
 - decode attention vs K = Σ(m + c) = batch · (kv + 1): bias + slope · K;
 - prefill attention vs W = c · (m + c): bias + slope · W (+ slope · c with
-  ``extended=True``).
+  ``extended=True``);
+- when the profile has an ``lm_head`` column (CPU profiler): LM head + sampling
+  vs R logits rows: bias + slope · R; the bias, paid once per forward, joins
+  the non-attention data before its lines are fitted, and decode attention
+  gains a per-request slope (t = bias + slope · K + per_request · batch).
+  ``request_s`` = the two per-request slopes (one logits row and one decode
+  query row per request).
 
 Every fit minimises *relative* residuals (a 1 ms and a 100 ms batch count
 alike) with a soft-L1 loss, via ``scipy.optimize.lsq_linear`` (start) and
@@ -20,7 +26,7 @@ roofline's own lines join the max (it stays convex piecewise linear).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +125,14 @@ def fit_decode(batch: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_kv_slo
     return float(bias), float(slope)
 
 
+def fit_decode_per_request(batch: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_kv_slope: float = 0.0
+                           ) -> tuple[float, float, float]:
+    """Decode attention with a per-request cost: t = bias + slope · K + per_request · batch."""
+    K = batch * (kv + 1.0)
+    p = relative_lsq(np.c_[np.ones_like(K), K, batch], time_s, lower=[0.0, min_kv_slope, 0.0])
+    return float(p[0]), float(p[1]), float(p[2])
+
+
 def fit_prefill(chunk: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_attn_slope: float = 0.0,
                 extended: bool = False) -> tuple[float, float, float]:
     """Prefill attention: t = bias + slope · c(m + c) [+ token_slope · c]."""
@@ -135,6 +149,8 @@ class OperatorData:
 
     ``*_group`` label the units a train/test split must keep together: one token
     count for non-attention, one clump of the attention profile for attention.
+    ``head_s``: LM head + sampling per forward at ``head_rows`` logits rows
+    (empty when the profile has no ``lm_head`` column).
     """
 
     nonattn_tokens: np.ndarray
@@ -148,11 +164,25 @@ class OperatorData:
     prefill_kv: np.ndarray
     prefill_s: np.ndarray
     prefill_group: np.ndarray
+    head_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    head_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
-    def subset(self, nonattn: np.ndarray, decode: np.ndarray, prefill: np.ndarray) -> "OperatorData":
+    def subset(self, nonattn: np.ndarray, decode: np.ndarray, prefill: np.ndarray,
+               head: np.ndarray | None = None) -> "OperatorData":
+        """The rows under each mask (``head``: all LM-head rows when None)."""
         def pick(prefix: str, mask: np.ndarray) -> dict[str, np.ndarray]:
             return {k: v[mask] for k, v in vars(self).items() if k.startswith(prefix)}
-        return OperatorData(**pick("nonattn", nonattn), **pick("decode", decode), **pick("prefill", prefill))
+        head = np.ones(self.head_s.size, bool) if head is None else head
+        return OperatorData(**pick("nonattn", nonattn), **pick("decode", decode), **pick("prefill", prefill),
+                            **pick("head", head))
+
+    def lm_head_at(self, num_requests: np.ndarray | float) -> np.ndarray:
+        """Measured LM head + sampling (s) at ``num_requests`` rows, interpolated between the profiled rows
+        (0 without LM-head data)."""
+        if not self.head_s.size:
+            return np.zeros_like(np.asarray(num_requests, dtype=np.float64))
+        order = np.argsort(self.head_rows)
+        return np.interp(num_requests, self.head_rows[order], self.head_s[order])
 
 
 def operator_data(profile: "str | Path", model: "str | ModelSpec", tp: int = 1,
@@ -166,6 +196,9 @@ def operator_data(profile: "str | Path", model: "str | ModelSpec", tp: int = 1,
     m = get_model_spec(model)
     mlp = load_mlp_profile(profile, tp, stat)
     L = m.num_layers
+    head = mlp.lm_head_s()
+    measured = head > 0 if head is not None else np.zeros(mlp.num_tokens.size, bool)
+    head_data = {"head_rows": mlp.num_tokens[measured], "head_s": head[measured] if head is not None else np.zeros(0)}
     try:
         att = load_attention_profile(profile, tp, stat)
     except MissingProfileError:
@@ -173,33 +206,62 @@ def operator_data(profile: "str | Path", model: "str | ModelSpec", tp: int = 1,
             raise
         empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0)
         return OperatorData(mlp.num_tokens, mlp.total_s(L), mlp.num_tokens.copy(),
-                            empty_i, empty_i, empty_f, empty_i, empty_i, empty_i, empty_f, empty_i)
+                            empty_i, empty_i, empty_f, empty_i, empty_i, empty_i, empty_f, empty_i, **head_data)
     return OperatorData(mlp.num_tokens, mlp.total_s(L), mlp.num_tokens.copy(),
                         att.decode_batch, att.decode_kv, att.decode_time_s * L, att.decode_group,
-                        att.prefill_chunk, att.prefill_kv, att.prefill_time_s * L, att.prefill_group)
+                        att.prefill_chunk, att.prefill_kv, att.prefill_time_s * L, att.prefill_group, **head_data)
+
+
+def fit_lm_head(rows: np.ndarray, time_s: np.ndarray, per_request: bool = True) -> tuple[float, float]:
+    """LM head + sampling: t = bias + slope · R for R logits rows; ``per_request=False`` fits a constant."""
+    R = np.asarray(rows, dtype=np.float64)
+    X = np.c_[np.ones_like(R), R] if per_request else np.ones((R.size, 1))
+    p = relative_lsq(X, np.asarray(time_s, dtype=np.float64))
+    return float(p[0]), float(p[1]) if per_request else 0.0
 
 
 def fit_operators(data: OperatorData, roofline: RooflineTerms | None = None, num_lines: int = 2,
-                  extended: bool = False, attention_roofline: RooflineTerms | None = None) -> LinearCoefficients:
-    """Fit all three operators; with ``roofline``, slopes are bounded below by it.
+                  extended: bool = False, attention_roofline: RooflineTerms | None = None,
+                  request_term: bool | None = None) -> LinearCoefficients:
+    """Fit all operators; with ``roofline``, slopes are bounded below by it.
 
     ``attention_roofline`` (default: ``roofline``) bounds the attention slopes
     when the attention data come from another GPU or model than the rest.
+    ``request_term`` (default: when the profile has LM-head data) fits
+    ``request_s`` = the LM head's per-row slope + decode attention's
+    per-request slope (t = bias + slope · K + per_request · batch); False: no
+    request term, the LM head is one constant per forward in the lines' biases.
     """
     att = attention_roofline or roofline
     na_min = roofline.nonattn_lines[-1][1] if roofline else 0.0
     dec_min = max(att.decode_flops_s, att.decode_bytes_s) if att else 0.0
     pf_min = 2 * att.prefill_flops_s if att else 0.0     # c(2m+c) <= 2 c(m+c)
-    lines = fit_nonattention(data.nonattn_tokens, data.nonattn_s, num_lines, na_min)
+    per_request = bool(data.head_s.size) if request_term is None else request_term
+    head_bias = head_s = 0.0
+    if data.head_s.size:
+        head_bias, head_s = fit_lm_head(data.head_rows, data.head_s, per_request)
+    lines = fit_nonattention(data.nonattn_tokens, data.nonattn_s + head_bias, num_lines, na_min)
     if roofline is not None:
         lines = _respect_roofline(lines, roofline, data.nonattn_tokens)
-    d_bias = d_kv = p_bias = p_attn = p_tok = 0.0      # no rows: that term is unknown, left 0
-    if data.decode_s.size:
+    d_bias = d_kv = d_req = p_bias = p_attn = p_tok = 0.0      # no rows: that term is unknown, left 0
+    if data.decode_s.size and per_request:
+        d_bias, d_kv, d_req = fit_decode_per_request(data.decode_batch, data.decode_kv, data.decode_s, dec_min)
+    elif data.decode_s.size:
         d_bias, d_kv = fit_decode(data.decode_batch, data.decode_kv, data.decode_s, dec_min)
     if data.prefill_s.size:
         p_bias, p_attn, p_tok = fit_prefill(data.prefill_chunk, data.prefill_kv, data.prefill_s, pf_min, extended)
     return LinearCoefficients(nonattn_lines=lines, decode_bias_s=d_bias, decode_kv_s=d_kv,
-                              prefill_bias_s=p_bias, prefill_attn_s=p_attn, prefill_token_s=p_tok)
+                              prefill_bias_s=p_bias, prefill_attn_s=p_attn, prefill_token_s=p_tok,
+                              request_s=head_s + d_req)
+
+
+def request_parts(data: OperatorData, coefficients: LinearCoefficients) -> tuple[float, float]:
+    """``coefficients.request_s`` (fitted to ``data`` by :func:`fit_operators`) split into its LM-head and
+    decode-attention shares (s per request)."""
+    if coefficients.request_s == 0.0:
+        return 0.0, 0.0
+    head = fit_lm_head(data.head_rows, data.head_s)[1] if data.head_s.size else 0.0
+    return head, coefficients.request_s - head
 
 
 def _respect_roofline(lines: tuple[tuple[float, float], ...], roofline: RooflineTerms,

@@ -1,9 +1,10 @@
 """The per-operator linear batch-time model (infermax.txt §3.2), in seconds.
 
-For a batch with N = Σc tokens, decode KV read K = Σ_decode (m + c) and
-prefill attention work W = Σ_prefill c·(m + c):
+For a batch of R requests with N = Σc tokens, decode KV read K = Σ_decode (m + c)
+and prefill attention work W = Σ_prefill c·(m + c):
 
     t = max_k (a_k + b_k · N)                         non-attention  (nonattn_lines = ((a_k, b_k), ...))
+      + request_s · R                                 per request (its logits row, its query row)
       + [any decode]  (decode_bias_s  + decode_kv_s    · K)            decode attention
       + [any prefill] (prefill_bias_s + prefill_attn_s · W
                                       + prefill_token_s · Σ_prefill c) prefill attention
@@ -14,7 +15,14 @@ of a few lines: small batches are bound by reading the weights, large ones by
 FLOPs), which an LP/MILP encodes exactly with one epigraph variable t_na ≥
 a_k + b_k·N per line. ``prefill_token_s`` is an optional extra feature (a
 per-prefill-token attention cost); the default model leaves it 0 so that the
-model depends only on (N, K, W) and the two indicators.
+model depends only on (N, K, W) and the two indicators. ``request_s`` is the
+other optional term: seconds per request in the batch (R = Σ over the batch's
+requests of 1, the batch size, whatever each request's chunk c). Fitted to a
+profile with an ``lm_head`` column (the CPU profiler's), it is the LM head +
+sampling's slope per logits row (one per request) plus decode attention's
+slope per request (its query row, mask row and output scatter); the constant
+part of the LM head sits in the non-attention lines' biases. Fits to profiles
+without an ``lm_head`` column (Vidur's GPU profiles) leave it 0.
 
 The default coefficients are the fit to Vidur's A100 + Llama-2-7B
 measurements (`infermax.costmodel.catalog`, ``data/fitted/a100_llama2-7b.json``;
@@ -33,8 +41,9 @@ import numpy as np
 from .base import CostModel
 
 FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K) + "
-           "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P); N = sum c, "
-           "K = sum_decode (m+c), W = sum_prefill c*(m+c), P = sum_prefill c; (a_k, b_k) = nonattn_lines; seconds")
+           "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P) + request_s*R; N = sum c, "
+           "K = sum_decode (m+c), W = sum_prefill c*(m+c), P = sum_prefill c, R = number of requests in the batch; "
+           "(a_k, b_k) = nonattn_lines; seconds")
 
 # A100-80G + Llama-2-7B, TP 1, fitted from the packaged Vidur profile (see catalog.py);
 # tests/costmodel check these equal data/fitted/a100_llama2-7b.json and a fresh re-fit.
@@ -55,6 +64,7 @@ class LinearCoefficients:
     prefill_bias_s: float = _DEFAULT["prefill_bias_s"]
     prefill_attn_s: float = _DEFAULT["prefill_attn_s"]
     prefill_token_s: float = 0.0
+    request_s: float = 0.0
 
     def __post_init__(self) -> None:
         lines = self.nonattn_lines
@@ -124,12 +134,12 @@ class LinearCostModel(CostModel):
         k = self.coefficients
         # unpacked once: batch_time runs once per simulated batch
         self._k = (k.nonattn_lines, k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s,
-                   k.prefill_token_s)
+                   k.prefill_token_s, k.request_s)
 
     def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
-        lines, d_bias, d_kv, p_bias, p_attn, p_tok = self._k
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
         num_tokens = float(tokens.sum())
-        t = max(a + b * num_tokens for a, b in lines)
+        t = max(a + b * num_tokens for a, b in lines) + req * float(tokens.size)
         kv = kv_before + tokens
         num_decode = int(np.count_nonzero(is_decode))
         if num_decode:
@@ -147,9 +157,9 @@ class LinearCostModel(CostModel):
         fast path): the same float operations in the same order, so bit-identical results."""
         if type(self).batch_time is not LinearCostModel.batch_time:
             return super().decode_run_times(kv_before, num_steps)
-        lines, d_bias, d_kv = self._k[0], self._k[1], self._k[2]
+        lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
         n = int(kv_before.size)
-        base = max(a + b * float(n) for a, b in lines)
+        base = max(a + b * float(n) for a, b in lines) + req * float(n)
         kv_sum = int((kv_before + 1).sum()) + n * np.arange(num_steps, dtype=np.int64)
         return base + (d_bias + d_kv * kv_sum.astype(np.float64))
 

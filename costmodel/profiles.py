@@ -5,7 +5,10 @@ non-attention operators vs ``num_tokens``) and ``attention.csv`` or
 ``attention_sample.csv`` (attention vs batch size, chunk and KV size); network
 profiles are ``all_reduce.csv`` / ``send_recv.csv`` (collective time vs bytes and
 workers). All times in those files are milliseconds *per layer* (the embedding
-per model); the loaders return seconds.
+per model); the loaders return seconds. ``mlp.csv`` may also hold ``lm_head``
+(our CPU profiler writes it; Vidur's files have none): final norm + LM head +
+greedy sampling, per model, on ``num_tokens`` logits rows — one row per request
+of a batch, so it is kept apart from the per-token operators.
 
 The Vidur measurements (MIT licence, ``data/vidur/LICENSE``) ship inside the
 package and are the default source: ``load_mlp_profile("a100/llama2-7b")``
@@ -31,6 +34,8 @@ MS = 1e-3
 STATS = ("min", "max", "mean", "median", "std")
 #: attention-profile operators that run per token beside the attention kernel itself
 ATTENTION_SIDE_OPS = ("attn_input_reshape", "attn_output_reshape", "attn_kv_cache_save")
+#: mlp-profile operators timed once per model, not per layer
+PER_MODEL_OPS = ("emb", "lm_head")
 
 
 class ProfileFormatError(ValueError):
@@ -188,7 +193,8 @@ class MlpProfile:
     """Non-attention operators of one model on one GPU at one TP degree.
 
     ``num_tokens`` is sorted and unique; ``op_times_s[op]`` is seconds per layer
-    (``emb``: per model) at each token count.
+    (``emb`` and ``lm_head``: per model) at each token count (``lm_head``: at
+    that many logits rows).
     """
 
     source: str
@@ -197,9 +203,13 @@ class MlpProfile:
     op_times_s: dict[str, np.ndarray]
 
     def total_s(self, num_layers: int) -> np.ndarray:
-        """Whole-model non-attention time: embedding + num_layers x (every layer op)."""
-        layer = sum(t for op, t in self.op_times_s.items() if op != "emb")
+        """Whole-model per-token non-attention time: embedding + num_layers x (every layer op); no LM head."""
+        layer = sum(t for op, t in self.op_times_s.items() if op not in PER_MODEL_OPS)
         return self.op_times_s.get("emb", 0.0) + num_layers * layer
+
+    def lm_head_s(self) -> np.ndarray | None:
+        """LM head + sampling at ``num_tokens`` logits rows (s), or None when the profile has no ``lm_head``."""
+        return self.op_times_s.get("lm_head")
 
 
 @dataclass(frozen=True)

@@ -142,3 +142,18 @@ def test_bound_cli_json_and_exit_codes(capsys, tmp_path):
 def test_unsupported_objective_is_named():
     with pytest.raises(ValueError, match="objective 'ttft'"):
         lower_bound("fixed:I=4,O=4,B=4", objective="ttft")
+
+
+def test_bounds_price_the_per_request_term():
+    from infermax.costmodel import LinearCoefficients
+
+    base = get_cost_model().coefficients
+    co = LinearCoefficients.from_dict({**base.to_dict(), "request_s": 5e-4})
+    cost = LinearCostModel(co, name="with-request-term")
+    w = Workload.from_spec("mix:SISO+LISO,B=24,seed=3")
+    lim = Limits(M=4000, C=2048)
+    b = lower_bound(w, lim, cost, methods=METHODS)
+    plain = lower_bound(w, lim, methods=METHODS)
+    assert b.value > plain.value            # the term costs something ...
+    for name in ("vllm", "sarathi", "sarathi-la", "rank-i"):
+        assert b.value <= simulate(w, name, lim, cost).metrics["latency_s"]   # ... and the bound stays valid

@@ -27,11 +27,12 @@ class Coefficients:
     prefill_bias_s: float
     prefill_attn_s: float
     prefill_token_s: float
+    request_s: float = 0.0   # per request in the batch (each decode or (re)fill chunk)
 
     @property
     def min_batch_s(self) -> float:
         """No non-empty batch is faster than this."""
-        return max(a for a, _ in self.lines) + min(self.decode_bias_s, self.prefill_bias_s)
+        return max(a for a, _ in self.lines) + min(self.decode_bias_s, self.prefill_bias_s) + self.request_s
 
 
 def coefficients_of(cost: CostModel) -> Coefficients:
@@ -43,7 +44,7 @@ def coefficients_of(cost: CostModel) -> Coefficients:
     co = Coefficients(lines=tuple((float(a), float(b)) for a, b in k.nonattn_lines),
                       decode_bias_s=float(k.decode_bias_s), decode_kv_s=float(k.decode_kv_s),
                       prefill_bias_s=float(k.prefill_bias_s), prefill_attn_s=float(k.prefill_attn_s),
-                      prefill_token_s=float(k.prefill_token_s))
+                      prefill_token_s=float(k.prefill_token_s), request_s=float(getattr(k, "request_s", 0.0)))
     rng = np.random.default_rng(7)
     for _ in range(8):
         n = int(rng.integers(1, 40))
@@ -61,7 +62,7 @@ def formula_time(co: Coefficients, tokens: np.ndarray, kv_before: np.ndarray, de
     """The documented linear formula, evaluated independently of the model object."""
     n = float(tokens.sum())
     kv = kv_before + tokens
-    t = max(a + b * n for a, b in co.lines)
+    t = max(a + b * n for a, b in co.lines) + co.request_s * tokens.size
     if dec.any():
         t += co.decode_bias_s + co.decode_kv_s * float(kv[dec].sum())
     if (~dec).any():
@@ -79,8 +80,8 @@ def context_lengths(input_lens: np.ndarray, output_lens: np.ndarray) -> tuple[np
     return input_lens[owner] + g - 1, owner
 
 
-def cheapest_fill(length: np.ndarray, per_token_s: float, attn_s: float) -> np.ndarray:
-    """Least cost of filling ℓ tokens from an empty cache when chunking is free:
-    one-token chunks minimise Σ c(m + c) to ℓ(ℓ + 1)/2."""
+def cheapest_fill(length: np.ndarray, per_token_s: float, attn_s: float, per_request_s: float = 0.0) -> np.ndarray:
+    """A lower bound on filling ℓ tokens from an empty cache: one-token chunks minimise
+    Σ c(m + c) to ℓ(ℓ + 1)/2, and any fill is at least one chunk (one request slot)."""
     ell = length.astype(np.float64)
-    return per_token_s * ell + attn_s * ell * (ell + 1) / 2
+    return per_token_s * ell + attn_s * ell * (ell + 1) / 2 + per_request_s

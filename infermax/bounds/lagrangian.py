@@ -42,6 +42,7 @@ def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: in
     mu_M, mu_C, mu_P, mu_R = mu
     lin = per_token_s + co.prefill_token_s + mu_C + mu_P
     attn = co.prefill_attn_s
+    per_chunk = mu_R + co.request_s
     cost = [0.0] * (max_len + 1)
     arg = [0] * (max_len + 1)
     hull: list[tuple[float, float, int]] = []   # lines (slope, intercept, m), slopes decreasing
@@ -60,7 +61,7 @@ def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: in
         while head + 1 < len(hull) and hull[head + 1][0] * x + hull[head + 1][1] <= hull[head][0] * x + hull[head][1]:
             head += 1
         slope, icpt, m = hull[head]
-        cost[e] = slope * x + icpt + lin * e + attn * e * e + mu_M * e + mu_R
+        cost[e] = slope * x + icpt + lin * e + attn * e * e + mu_M * e + per_chunk
         arg[e] = m
     feats = np.zeros((max_len + 1, _FEATURES))
     for e in range(1, max_len + 1):
@@ -77,7 +78,7 @@ def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np
     fill, ffeat = fill_table(co, per_token_s, mu, max_len)
     ell = np.arange(max_len + 1, dtype=np.float64)
     mu_M, mu_C, _, mu_R = mu
-    decode = per_token_s + co.decode_kv_s * ell + mu_C + mu_M * ell + mu_R
+    decode = per_token_s + co.decode_kv_s * ell + mu_C + mu_M * ell + mu_R + co.request_s
     use_refill = fill < decode
     best = np.where(use_refill, fill, decode)
     dfeat = np.stack([ell, np.ones_like(ell), np.zeros_like(ell), np.ones_like(ell)], axis=1)

@@ -10,6 +10,7 @@ lengths, never on B. Variables (all continuous, >= 0):
                   instead of a decode
 
     min  NA + decode_bias·J_d + prefill_bias·J_p + decode_kv·K + prefill_attn·W + prefill_token·Ptok
+         + request·Σ O                       (each generated token takes a request slot in a batch)
     s.t. NA >= a_k·J + b_k·T                 for every non-attention line k
          T = T0 + Σ y_ℓ (ℓ - 1)               tokens processed (a refill redoes ℓ, a decode 1)
          K = Σ (n_ℓ - y_ℓ) ℓ                  decode KV read
@@ -47,7 +48,9 @@ def lp_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[floa
     c = np.zeros(nv)
     c[1], c[2], c[3] = co.decode_bias_s, co.prefill_bias_s, 1.0
     c[4:] = -co.decode_kv_s * L + co.prefill_attn_s * L * (L + 1) / 2 + co.prefill_token_s * L
-    const = co.decode_kv_s * float((n * L).sum()) + co.prefill_attn_s * W0 + co.prefill_token_s * float(I.sum())
+    # every generated token is one request slot in some batch (a decode, or the last chunk of a fill)
+    const = (co.decode_kv_s * float((n * L).sum()) + co.prefill_attn_s * W0 + co.prefill_token_s * float(I.sum())
+             + co.request_s * float(O.sum()))
     rows, rhs = [], []
 
     def le(coef: dict[int, float], vec: np.ndarray | None, bound: float) -> None:

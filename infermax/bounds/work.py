@@ -54,11 +54,11 @@ def path_costs(co: Coefficients, workload: Workload, per_token_s: float) -> np.n
     """Cheapest per-request token-path cost with non-attention slope ``per_token_s``."""
     I, O = workload.input_lens, workload.output_lens
     pf_tok = per_token_s + co.prefill_token_s
-    cost = cheapest_fill(I, pf_tok, co.prefill_attn_s)
+    cost = cheapest_fill(I, pf_tok, co.prefill_attn_s, co.request_s)
     ell, owner = context_lengths(I, O)
     if ell.size:
-        decode = per_token_s + co.decode_kv_s * ell
-        refill = cheapest_fill(ell, pf_tok, co.prefill_attn_s)
+        decode = per_token_s + co.decode_kv_s * ell + co.request_s
+        refill = cheapest_fill(ell, pf_tok, co.prefill_attn_s, co.request_s)
         cost = cost + np.bincount(owner, weights=np.minimum(decode, refill), minlength=I.size)
     return cost
 

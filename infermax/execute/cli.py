@@ -29,16 +29,18 @@ def _text(summary: dict[str, Any]) -> str:
              f"model {summary['model']}  ({summary['stat']} of {summary['repeats']} runs)",
              f"profile {summary['profile']}",
              f"{'scheduler':<14}{'batches':>8}{'evict':>6}{'tokens':>8}{'batch med APE':>14}{'p90 APE':>9}"
-             f"{'pred e2e s':>11}{'meas e2e s':>11}{'e2e err':>9}"]
+             f"{'pred e2e s':>11}{'meas e2e s':>11}{'e2e err':>9}{'vs CPU':>8}{'wall/CPU':>9}"]
     for name, r in summary["schedulers"].items():
         ok = "same" if r["tokens_identical"] and r["blocks_in_use"] == 0 else "DIFFER"
         lines.append(f"{name:<14}{r['num_batches']:>8}{r['num_evictions']:>6}{ok:>8}"
                      f"{_fmt(r['batch_time_median_ape']):>14}{_fmt(r['batch_time_p90_ape']):>9}"
                      f"{r['predicted_latency_s']:>11.4f}{r['measured_latency_s']:>11.4f}"
-                     f"{r['e2e_latency_signed_error']:>+9.1%}")
+                     f"{r['e2e_latency_signed_error']:>+9.1%}{r['cpu_time_e2e_latency_signed_error']:>+8.1%}"
+                     f"{r['measured_wall_over_cpu']:>9.2f}")
     lines.append(f"all: tokens identical {summary['tokens_identical']}, batch median APE "
                  f"{_fmt(summary['batch_time_median_ape'])}, p90 {_fmt(summary['batch_time_p90_ape'])}, "
-                 f"worst e2e latency error {_fmt(summary['e2e_latency_error'])}")
+                 f"worst e2e latency error {_fmt(summary['e2e_latency_error'])} "
+                 f"({_fmt(summary['cpu_time_e2e_latency_error'])} against CPU time)")
     return "\n".join(lines)
 
 

@@ -80,3 +80,21 @@ def test_profile_without_attention_reports_non_attention_only():
     report, _ = accuracy_report("h100/Llama-2-7b-hf", k=3)
     assert report["non_attention"]["median_ape"] < 0.05 and report["attention"]["n"] == 0
     assert report["roofline"]["violations"] == 0
+
+
+def test_lm_head_rows_enter_composed_batches_and_cross_validation():
+    """With an LM head (t = 1 ms + 20 us per row), composed batches pay it per request and an exact
+    linear ground truth with request_s is recovered exactly out of fold."""
+    import dataclasses
+    data = operator_data("a100/Llama-2-7b-hf", "llama2-7b")
+    rows = data.nonattn_tokens
+    truth = dataclasses.replace(fit_operators(data), request_s=2e-5)
+    exact = dataclasses.replace(
+        data, nonattn_s=truth.nonattention_s(rows) - 1e-3, head_rows=rows, head_s=1e-3 + 2e-5 * rows,
+        decode_s=truth.decode_s(data.decode_batch * (data.decode_kv + 1.0)),
+        prefill_s=truth.prefill_s(data.prefill_chunk * (data.prefill_kv + data.prefill_chunk.astype(float))))
+    na = dict(zip(rows.tolist(), exact.nonattn_s.tolist()))
+    for tokens, kv, is_decode, measured in compose_batches(exact, np.random.default_rng(0), per_kind=10):
+        assert measured > na[int(tokens.sum())] + 1e-3 + 2e-5 * tokens.size * (1 - 1e-9)
+    stats = cross_validate(exact, lambda d: fit_operators(d), k=4).stats()
+    assert stats["batch"]["max_ape"] < 1e-6 and stats["non_attention"]["median_ape"] < 1e-6

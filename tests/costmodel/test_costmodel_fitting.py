@@ -1,4 +1,6 @@
 """A fit must reproduce a synthetic linear ground truth exactly, and respect its bounds."""
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -93,3 +95,22 @@ def test_missing_attention_rows_leave_terms_zero():
                         np.zeros(len(data.prefill_s), bool))
     fit = fit_operators(empty)
     assert fit.decode_kv_s == fit.prefill_attn_s == 0.0
+
+
+def test_lm_head_gives_request_term_and_its_bias_joins_the_lines():
+    """LM-head rows t = 0.6 ms + 30 us * R: request_s is the slope, the bias is added to every line."""
+    truth = LinearCoefficients(nonattn_lines=((2e-3, 0.0), (1e-3, 8e-5)))
+    data = _synthetic(truth, np.random.default_rng(0))
+    rows = data.nonattn_tokens[:40]
+    with_head = dataclasses.replace(data, head_rows=rows, head_s=6e-4 + 3e-5 * rows)
+    fit = fit_operators(with_head, num_lines=2)
+    assert fit.request_s == pytest.approx(3e-5, rel=1e-6)
+    n = np.arange(1, 4097)
+    np.testing.assert_allclose(fit.nonattention_s(n), truth.nonattention_s(n) + 6e-4, rtol=1e-5)
+    constant = fit_operators(with_head, num_lines=2, request_term=False)
+    assert constant.request_s == 0.0 and constant.nonattention_s(1) > truth.nonattention_s(1) + 6e-4
+    assert fit_operators(data).request_s == 0.0                # no LM-head data (Vidur): no request term
+    half = with_head.subset(np.ones(data.nonattn_s.size, bool), np.ones(data.decode_s.size, bool),
+                            np.ones(data.prefill_s.size, bool), rows < 100)
+    assert half.head_rows.tolist() == rows[rows < 100].tolist()
+    assert with_head.lm_head_at(np.array([1.0, 2.5])) == pytest.approx(6e-4 + 3e-5 * np.array([1.0, 2.5]))

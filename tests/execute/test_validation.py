@@ -21,13 +21,16 @@ def tiny_profile(tmp_path_factory):
 
 def test_validate_json_has_the_promised_keys(capsys, tiny_profile, tmp_path):
     code = main(["validate", "--scheduler", "vllm,sarathi", "--workload", TINY_WORKLOAD, "--limits", "M=64,C=64",
-                 "--profile", str(tiny_profile), "--repeats", "1", "--out", str(tmp_path), "--json"])
+                 "--profile", str(tiny_profile), "--repeats", "2", "--out", str(tmp_path), "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert data["tokens_identical"] is True
-    for key in ("batch_time_median_ape", "e2e_latency_error"):
+    for key in ("batch_time_median_ape", "e2e_latency_error", "cpu_time_e2e_latency_error"):
         assert isinstance(data[key], float) and data[key] >= 0
     assert set(data["schedulers"]) == {"vllm", "sarathi"}
+    for r in data["schedulers"].values():
+        assert r["measured_wall_over_cpu"] > 0 and abs(r["cpu_time_e2e_latency_signed_error"]) < 10
+    assert data["cost"]["coefficients"]["request_s"] > 0      # the CPU profile has an LM head
     assert data["profile"] == str(tiny_profile)
     for name in ("validation.png", "validation_batches.csv", "validation.json"):
         assert (tmp_path / name).stat().st_size > 0
