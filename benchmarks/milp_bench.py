@@ -1,0 +1,172 @@
+"""MILP benchmark: the §4.5 grid, the largest homogeneous B, what each strengthening buys, backends.
+
+    python benchmarks/milp_bench.py                       # every section, 60 s per solve
+    python benchmarks/milp_bench.py --sections grid,scale --time-limit 60 --json out.json
+
+Sections (all numbers are measured by this script on the machine it runs on):
+
+- grid: infermax.txt §4.5 — B = O = 4, I ∈ {1, 2, 4, …, 1024}, M = max(2I, I+O-1),
+  C = 4096, latency. The optimum, whether it evicts, the optimum of the
+  eviction-free class and the saving, time to proven optimality and gap.
+- scale: fixed:I=16,O=16 with M = 4(I+O) = 128 for B = 2, 3, …: the largest B
+  proven optimal within the time limit.
+- ablation: time to optimality (or the gap left) with one strengthening off.
+- backends: every installed backend on small §4.5 instances.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from infermax.csp import Policy, Strengthening, solve_optimal
+from infermax.csp.backends import ModelTooLarge, available_backends
+
+
+def section45(I: int) -> tuple[str, str]:
+    return f"fixed:I={I},O=4,B=4", f"M={max(2 * I, I + 3)},C=4096"
+
+
+def table(rows: list[dict[str, Any]], keys: list[str]) -> None:
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.6g}"
+        return "-" if v is None else str(v)
+
+    cells = [[fmt(r.get(k)) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) if cells else len(k) for i, k in enumerate(keys)]
+    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
+    for c in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
+    sys.stdout.flush()
+
+
+def _row(r, **extra) -> dict[str, Any]:
+    return {"status": r.status, "objective_s": r.objective, "bound_s": r.bound, "gap": r.gap,
+            "solve_s": round(r.info.get("solver_wall_s", r.wall_s) if "methods" not in r.info else r.wall_s, 2),
+            "wall_s": round(r.wall_s, 2), "method": r.info.get("method"),
+            "batches": len(r.schedule) if r.schedule is not None else None,
+            "evictions": r.metrics.get("num_evictions"), **extra}
+
+
+def run_grid(time_limit: float, gap: float) -> list[dict[str, Any]]:
+    rows = []
+    for I in [2 ** k for k in range(11)]:
+        spec, lim = section45(I)
+        opt = solve_optimal(spec, lim, time_limit_s=time_limit, rel_gap=gap)
+        ef = solve_optimal(spec, lim, time_limit_s=time_limit, rel_gap=gap, policy=Policy(allow_eviction=False))
+        saving = (ef.objective - opt.objective) / ef.objective * 100
+        rows.append({"I": I, "optimal_ms": opt.objective * 1e3, "evicts": opt.metrics["num_evictions"] > 0,
+                     "evictions": opt.metrics["num_evictions"], "batches": len(opt.schedule),
+                     "eviction_free_ms": ef.objective * 1e3, "saving_pct": saving,
+                     "solve_s": round(opt.wall_s, 2), "gap": opt.gap, "status": opt.status,
+                     "ef_solve_s": round(ef.wall_s, 2), "ef_gap": ef.gap, "ef_status": ef.status,
+                     "method": opt.info.get("method"),
+                     "best_heuristic": opt.warm_start["scheduler"],
+                     "best_heuristic_ms": opt.warm_start["objective"] * 1e3})
+        print(f"  I={I}: done", file=sys.stderr, flush=True)
+    print(f"\n§4.5 grid (B=O=4, M=max(2I,I+3), C=4096, latency; time limit {time_limit} s, gap {gap})")
+    table(rows, ["I", "optimal_ms", "evicts", "evictions", "batches", "eviction_free_ms", "saving_pct", "solve_s",
+                 "gap", "status", "ef_solve_s", "ef_status", "method", "best_heuristic", "best_heuristic_ms"])
+    return rows
+
+
+def run_scale(time_limit: float, gap: float, max_B: int) -> list[dict[str, Any]]:
+    rows, failures = [], 0
+    for B in range(2, max_B + 1):
+        r = solve_optimal(f"fixed:I=16,O=16,B={B}", "M=128,C=4096", time_limit_s=time_limit, rel_gap=gap)
+        rows.append(_row(r, B=B, heuristic_s=r.warm_start["objective"]))
+        print(f"  B={B}: {r.status} in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
+        failures = failures + 1 if r.status != "optimal" else 0
+        if failures >= 2:
+            break
+    print(f"\nhomogeneous scale (I=O=16, M=128, C=4096, latency; time limit {time_limit} s)")
+    table(rows, ["B", "status", "objective_s", "bound_s", "gap", "wall_s", "batches", "evictions", "method",
+                 "heuristic_s"])
+    solved = [r["B"] for r in rows if r["status"] == "optimal"]
+    print(f"largest B proven optimal within {time_limit} s: {max(solved) if solved else None}")
+    return rows
+
+
+ABLATIONS: list[tuple[str, dict[str, Any]]] = [
+    ("full (default)", {}),
+    ("no class flows", {"strengthening": Strengthening(flows=False)}),
+    ("no flows, DFF cuts on indicators", {"strengthening": Strengthening(flows=False, dff=True)}),
+    ("no valid inequalities", {"strengthening": Strengthening(cuts=False, flows=False)}),
+    ("no symmetry breaking", {"strengthening": Strengthening(symmetry="none")}),
+    ("symmetry by completion order", {"strengthening": Strengthening(symmetry="completion")}),
+    ("no dominance", {"strengthening": Strengthening(dominance=False)}),
+    ("big-M rows (tight M)", {"strengthening": Strengthening(indicators="big-m")}),
+    ("big-M rows (loose M)", {"strengthening": Strengthening(indicators="big-m", big_m="loose")}),
+    ("no warm start", {"warm_start": None}),
+    ("CP-SAT default portfolio, 2 workers", {"threads": 2}),
+]
+
+
+def run_ablation(time_limit: float, gap: float) -> list[dict[str, Any]]:
+    rows = []
+    for label, (spec, lim) in (("§4.5 I=64", section45(64)), ("§4.5 I=512", section45(512))):
+        for name, kwargs in ABLATIONS:
+            r = solve_optimal(spec, lim, time_limit_s=time_limit, rel_gap=gap, method="per-request", **kwargs)
+            rows.append(_row(r, instance=label, variant=name))
+            print(f"  {label} / {name}: {r.status}", file=sys.stderr, flush=True)
+    for B in (5, 6):
+        spec = f"fixed:I=16,O=16,B={B}"
+        for name, method in (("aggregated class flows", "aggregate"), ("per-request model", "per-request")):
+            r = solve_optimal(spec, "M=128,C=4096", time_limit_s=time_limit, rel_gap=gap, method=method)
+            rows.append(_row(r, instance=f"I=O=16 B={B}", variant=name))
+            print(f"  B={B} / {name}: {r.status}", file=sys.stderr, flush=True)
+    print(f"\nablation (time limit {time_limit} s; solve_s is the time to reach the gap, or the limit)")
+    table(rows, ["instance", "variant", "status", "solve_s", "gap", "objective_s", "bound_s", "method"])
+    return rows
+
+
+def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
+    rows = []
+    for label, spec, lim in (("B=2,I=2,O=3,M=5", "fixed:I=2,O=3,B=2", "M=5,C=4096"),
+                             ("§4.5 I=1", *section45(1)), ("§4.5 I=4", *section45(4))):
+        for be in available_backends():
+            try:
+                r = solve_optimal(spec, lim, backend=be, time_limit_s=time_limit, rel_gap=gap, method="per-request")
+                rows.append(_row(r, instance=label, backend=be, vars=r.info["model"]["variables"]))
+            except ModelTooLarge as exc:
+                rows.append({"instance": label, "backend": be, "status": "too large",
+                             "method": str(exc).split(";")[0].split(": ", 1)[1]})
+            print(f"  {label} / {be}: {rows[-1]['status']}", file=sys.stderr, flush=True)
+    print(f"\nbackends (per-request model, time limit {time_limit} s)")
+    table(rows, ["instance", "backend", "status", "solve_s", "gap", "objective_s", "bound_s", "vars", "method"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sections", default="grid,scale,ablation,backends")
+    p.add_argument("--time-limit", type=float, default=60.0)
+    p.add_argument("--gap", type=float, default=1e-4)
+    p.add_argument("--max-B", type=int, default=16)
+    p.add_argument("--json", help="write every row to this file")
+    args = p.parse_args(argv)
+    out: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    for section in args.sections.split(","):
+        if section == "grid":
+            out["grid"] = run_grid(args.time_limit, args.gap)
+        elif section == "scale":
+            out["scale"] = run_scale(args.time_limit, args.gap, args.max_B)
+        elif section == "ablation":
+            out["ablation"] = run_ablation(args.time_limit, args.gap)
+        elif section == "backends":
+            out["backends"] = run_backends(args.time_limit, args.gap)
+        else:
+            p.error(f"unknown section {section!r}")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

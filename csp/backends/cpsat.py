@@ -1,0 +1,142 @@
+"""OR-Tools CP-SAT: native indicators (enforcement literals) and native integer products.
+
+CP-SAT is integer-only. Continuous variables (times, seconds) live on a grid
+of ``model.continuous_step_s``; a row with fractional coefficients is scaled by
+K / step (K a power of two as large as int64 allows) and rounded, and the
+objective is scaled by a power of two keeping its activity below 2^60. Times
+then carry at most one grid step of error per batch and coefficients a relative
+rounding error near 1e-9 (``info["objective_rounding_rel"]``), far below the
+1e-6 replay check.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..model import Model
+from .base import BackendUnavailable, SolveResult, hint_vector
+
+NAME = "cpsat"
+PIP = "pip install ortools"
+#: the portfolio used when no thread count is given: the LP-based default worker (which also runs
+#: the LNS helpers), the max-LP worker and the LB-tree search; measured in benchmarks/milp_bench.py
+DEFAULT_PORTFOLIO = ("default_lp", "max_lp", "lb_tree_search")
+_LIMIT = 2 ** 62
+
+
+def is_available() -> bool:
+    try:
+        from ortools.sat.python import cp_model  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _power_of_two_below(x: float) -> float:
+    return 2.0 ** math.floor(math.log2(x)) if x >= 1.0 else 1.0
+
+
+def _scaled_row(row, coefs: np.ndarray, ranges: np.ndarray, continuous: bool, step: float):
+    """Integer coefficients and bounds for one row; see the module docstring.
+
+    Rows over integer variables with integral coefficients stay as they are.
+    Otherwise the row is multiplied by K/step (K a power of two keeping the
+    activity below 2^61), so a continuous variable's coefficient a·step becomes
+    a·K, exactly. An equality over a continuous variable becomes the band
+    [b, b + K - 1]: the variable takes the grid point at (or next to) the exact value.
+    """
+    integral = np.all(np.abs(coefs - np.round(coefs)) <= 1e-9 * np.maximum(1.0, np.abs(coefs)))
+    if integral and not continuous:
+        s, band = 1.0, 0
+    else:
+        activity = float(np.sum(np.abs(coefs) * ranges)) / step or 1.0
+        K = _power_of_two_below(2.0 ** 61 / activity)
+        s, band = K / step, (int(K) - 1 if continuous and row.lb == row.ub else 0)
+    ic = np.round(coefs * s).astype(np.int64)
+    lo = -_LIMIT if not math.isfinite(row.lb) else math.ceil(row.lb * s - 1e-6)
+    hi = _LIMIT if not math.isfinite(row.ub) else math.floor(row.ub * s + 1e-6) + band
+    return ic, lo, hi
+
+
+def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
+          rel_gap: float = 1e-4, log: bool = False, params: dict | None = None) -> SolveResult:
+    """Solve with CP-SAT; ``params`` are extra CpSolver parameters (name -> value)."""
+    if not is_available():
+        raise BackendUnavailable(NAME, PIP)
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    step = model.continuous_step_s
+    cp = cp_model.CpModel()
+    scale_of = np.array([1.0 if model.integer[k] else step for k in range(model.num_vars)])
+    xs = []
+    for k in range(model.num_vars):
+        lo, hi = model.lb[k] / scale_of[k], model.ub[k] / scale_of[k]
+        lo_i, hi_i = math.ceil(lo - 1e-9), math.floor(hi + 1e-9)
+        if not (-_LIMIT < lo_i <= hi_i < _LIMIT):
+            raise ValueError(f"cpsat: variable {model.names[k]} has an unusable domain [{model.lb[k]}, {model.ub[k]}]")
+        xs.append(cp.NewIntVar(lo_i, hi_i, model.names[k]))
+    ranges = np.maximum(np.abs(np.array(model.lb)), np.abs(np.array(model.ub))) / scale_of
+    for row in model.rows:
+        coefs = row.coefs * scale_of[row.vars]
+        ic, lo, hi = _scaled_row(row, coefs, ranges[row.vars], bool((scale_of[row.vars] != 1.0).any()), step)
+        expr = cp_model.LinearExpr.WeightedSum([xs[k] for k in row.vars], ic.tolist())
+        ct = cp.AddLinearConstraint(expr, lo, hi)
+        if row.enforce:
+            ct.OnlyEnforceIf([xs[k] if val else xs[k].Not() for k, val in row.enforce])
+    for p in model.products:
+        if p.sense == "eq":
+            cp.AddMultiplicationEquality(xs[p.z], [xs[p.x], xs[p.y]])
+        else:
+            lo = min(model.lb[p.x] * model.lb[p.y], model.lb[p.x] * model.ub[p.y], model.ub[p.x] * model.lb[p.y],
+                     model.ub[p.x] * model.ub[p.y])
+            hi = max(model.lb[p.x] * model.lb[p.y], model.lb[p.x] * model.ub[p.y], model.ub[p.x] * model.lb[p.y],
+                     model.ub[p.x] * model.ub[p.y])
+            aux = cp.NewIntVar(int(lo) if p.x != p.y else max(0, int(lo)), int(hi), f"prod{p.z}")
+            cp.AddMultiplicationEquality(aux, [xs[p.x], xs[p.y]])
+            cp.Add(xs[p.z] >= aux)
+    # objective: scaled to integers
+    terms = [(k, c * scale_of[k]) for k, c in model.objective.terms.items() if c != 0.0]
+    activity = sum(abs(c) * max(abs(model.lb[k]), abs(model.ub[k])) / scale_of[k] for k, c in terms) or 1.0
+    obj_scale = 2.0 ** math.floor(math.log2(2.0 ** 60 / activity))
+    icoef = [int(round(c * obj_scale)) for _, c in terms]
+    rounding = max((abs(c * obj_scale - ic) / max(abs(c * obj_scale), 1e-300) for (_, c), ic in zip(terms, icoef)),
+                   default=0.0)
+    cp.Minimize(cp_model.LinearExpr.WeightedSum([xs[k] for k, _ in terms], icoef))
+    for k, val in hint_vector(model, hint).items():
+        v = int(round(val / scale_of[k]))
+        cp.AddHint(xs[k], v)
+    solver = cp_model.CpSolver()
+    prm = solver.parameters
+    prm.max_time_in_seconds = float(time_limit_s)
+    if threads is None and not (params or {}).get("subsolvers"):
+        prm.num_workers = len(DEFAULT_PORTFOLIO)
+        prm.subsolvers.extend(DEFAULT_PORTFOLIO)
+    else:
+        prm.num_workers = int(threads or 2)
+    prm.relative_gap_limit = float(rel_gap)
+    prm.log_search_progress = bool(log)
+    prm.random_seed = 0
+    for name, value in (params or {}).items():
+        if isinstance(value, (list, tuple)):
+            getattr(prm, name).extend(value)
+        else:
+            setattr(prm, name, value)
+    status = solver.Solve(cp)
+    wall = time.perf_counter() - t0
+    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(
+        status, "unknown")
+    if status == cp_model.MODEL_INVALID:
+        raise ValueError(f"cpsat rejected the model: {cp.Validate()}")
+    info = {"objective_scale": obj_scale, "objective_rounding_rel": rounding,
+            "cpsat_status": solver.StatusName(status), "conflicts": solver.NumConflicts(),
+            "branches": solver.NumBranches()}
+    const = model.objective.constant
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        values = np.array([solver.Value(x) for x in xs], dtype=np.float64) * scale_of
+        return SolveResult(name, values, solver.ObjectiveValue() / obj_scale + const,
+                           solver.BestObjectiveBound() / obj_scale + const, wall, NAME, info)
+    bound = solver.BestObjectiveBound() / obj_scale + const if status == cp_model.UNKNOWN else None
+    return SolveResult(name, None, None, bound, wall, NAME, info)

@@ -1,0 +1,127 @@
+"""HiGHS (highspy): a plain MILP — indicators become big-M rows, products exact linearisations.
+
+HiGHS runs in a spawned child process: highspy 1.15 and ortools 9.15 both
+export HiGHS symbols and cannot be loaded into one interpreter (whichever comes
+second fails to import). The child gets the model as arrays and is terminated
+if it overruns its time limit by more than two minutes.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..linearize import to_milp
+from ..model import Model
+from .base import BackendUnavailable, SolveResult, hint_vector, run_isolated
+
+NAME = "highs"
+PIP = "pip install highspy"
+
+
+def is_available() -> bool:
+    """highspy is installed (it is only imported in the child process that solves)."""
+    import importlib.util
+
+    return importlib.util.find_spec("highspy") is not None
+
+
+def objective_scale(model: Model) -> float:
+    """A power of ten that brings the largest objective coefficient near 1-10.
+
+    Costs in seconds span 1e-9 (prefill attention per token²) to 1e-2 (a batch);
+    MIP solvers treat tiny costs as noise, so the objective is solved in scaled units.
+    """
+    big = max((abs(c) for c in model.objective.terms.values()), default=1.0) or 1.0
+    return 10.0 ** (-math.floor(math.log10(big)))
+
+
+def lp_arrays(model: Model, obj_scale: float = 1.0) -> dict:
+    """The model as plain arrays (row-wise matrix), picklable for the child process."""
+    n = model.num_vars
+    cost = np.zeros(n)
+    for k, c in model.objective.terms.items():
+        cost[k] = c
+    starts = np.zeros(len(model.rows) + 1, dtype=np.int64)
+    starts[1:] = np.cumsum([r.vars.size for r in model.rows])
+    return {"cost": cost * obj_scale, "offset": model.objective.constant * obj_scale,
+            "col_lower": np.array(model.lb, dtype=np.float64), "col_upper": np.array(model.ub, dtype=np.float64),
+            "row_lower": np.array([r.lb for r in model.rows], dtype=np.float64),
+            "row_upper": np.array([r.ub for r in model.rows], dtype=np.float64),
+            "starts": starts, "index": np.concatenate([r.vars for r in model.rows]) if model.rows else
+            np.zeros(0, dtype=np.int64), "value": np.concatenate([r.coefs for r in model.rows]) if model.rows
+            else np.zeros(0), "integer": np.array(model.integer, dtype=bool)}
+
+
+def _solve_in_child(payload: dict) -> dict:
+    """Build and solve the HiGHS model (runs in a spawned process)."""
+    import highspy
+
+    a, opt = payload["arrays"], payload["options"]
+    inf = highspy.kHighsInf
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = a["cost"].size, a["row_lower"].size
+    lp.col_cost_, lp.offset_ = a["cost"], a["offset"]
+    lp.col_lower_, lp.col_upper_ = a["col_lower"], a["col_upper"]
+    lp.row_lower_ = np.where(np.isfinite(a["row_lower"]), a["row_lower"], -inf)
+    lp.row_upper_ = np.where(np.isfinite(a["row_upper"]), a["row_upper"], inf)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = a["starts"].astype(np.int32)
+    lp.a_matrix_.index_ = a["index"].astype(np.int32)
+    lp.a_matrix_.value_ = a["value"]
+    lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
+                       for i in a["integer"]]
+    h = highspy.Highs()
+    for key, value in opt.items():
+        h.setOptionValue(key, value)
+    h.passModel(lp)
+    if payload.get("hint") is not None:
+        sol = highspy.HighsSolution()
+        sol.col_value = payload["hint"].tolist()
+        h.setSolution(sol)
+    h.run()
+    info = h.getInfo()
+    ms = h.getModelStatus()
+    has = info.primal_solution_status == 2          # kSolutionStatusFeasible
+    return {"status": "optimal" if ms == highspy.HighsModelStatus.kOptimal else
+            "infeasible" if ms == highspy.HighsModelStatus.kInfeasible else "feasible" if has else "unknown",
+            "values": np.array(h.getSolution().col_value) if has else None,
+            "objective": float(info.objective_function_value) if has else None,
+            "bound": float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else None,
+            "highs_status": h.modelStatusToString(ms), "nodes": int(info.mip_node_count)}
+
+
+def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
+          rel_gap: float = 1e-4, log: bool = False, products: str = "exact", big_m: str = "tight") -> SolveResult:
+    if not is_available():
+        raise BackendUnavailable(NAME, PIP)
+    t0 = time.perf_counter()
+    hints = hint_vector(model, hint)
+    milp, facts = to_milp(model, indicators="big-m", products=products, big_m=big_m)
+    if hint is not None:
+        milp.hint = {**milp.hint, **hints}
+    scale = objective_scale(milp)
+    options = {"output_flag": bool(log), "time_limit": float(time_limit_s), "mip_rel_gap": float(rel_gap),
+               "random_seed": 0}
+    if threads:
+        options["threads"] = int(threads)
+    start = None
+    if milp.hint:
+        start = np.clip(np.zeros(milp.num_vars), milp.lb, milp.ub)
+        for k, val in milp.hint.items():
+            start[k] = val
+    out = run_isolated(_solve_in_child, {"arrays": lp_arrays(milp, scale), "options": options, "hint": start},
+                       timeout_s=float(time_limit_s) + 120.0)
+    wall = time.perf_counter() - t0
+    if out is None:
+        facts["highs_status"] = "killed after overrunning its time limit"
+        return SolveResult("unknown", None, None, None, wall, NAME, facts)
+    facts.update(highs_status=out["highs_status"], nodes=out["nodes"])
+    bound = out["bound"] / scale if out["bound"] is not None else None
+    status = out["status"]
+    if out["values"] is None:
+        return SolveResult(status if status != "optimal" else "unknown", None, None, bound, wall, NAME, facts)
+    values = out["values"][:model.num_vars]
+    values = np.where(np.array(model.integer), np.round(values), values)
+    return SolveResult(status, values, out["objective"] / scale, bound, wall, NAME, facts)

@@ -1,0 +1,76 @@
+"""PuLP with CBC: a plain MILP (big-M indicators, exact product linearisation).
+
+PuLP reports status "Optimal" even when CBC stopped at its time limit with a
+feasible solution; the solution status (``prob.sol_status``) tells them apart.
+CBC gives no dual bound through PuLP, so the bound is known only when optimal.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+
+from ..linearize import to_milp
+from ..model import Model
+from .base import BackendUnavailable, SolveResult, hint_vector
+from .highs import objective_scale
+
+NAME = "cbc"
+PIP = "pip install pulp"
+
+
+def is_available() -> bool:
+    try:
+        import pulp
+    except ImportError:
+        return False
+    try:
+        return pulp.PULP_CBC_CMD(msg=False).available()
+    except Exception:   # noqa: BLE001 - a broken CBC binary is "not available"
+        return False
+
+
+def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
+          rel_gap: float = 1e-4, log: bool = False, products: str = "exact", big_m: str = "tight") -> SolveResult:
+    if not is_available():
+        raise BackendUnavailable(NAME, PIP)
+    import pulp
+
+    t0 = time.perf_counter()
+    hints = hint_vector(model, hint)
+    milp, facts = to_milp(model, indicators="big-m", products=products, big_m=big_m)
+    if hint is not None:
+        milp.hint = {**milp.hint, **hints}
+    prob = pulp.LpProblem(milp.name.replace("-", "_"), pulp.LpMinimize)
+    xs = [pulp.LpVariable(f"x{k}", lowBound=milp.lb[k], upBound=milp.ub[k],
+                          cat=pulp.LpInteger if milp.integer[k] else pulp.LpContinuous) for k in range(milp.num_vars)]
+    scale = objective_scale(milp)
+    prob += pulp.lpSum(scale * c * xs[k] for k, c in milp.objective.terms.items()) + scale * milp.objective.constant
+    for r, row in enumerate(milp.rows):
+        expr = pulp.lpSum(float(c) * xs[k] for k, c in zip(row.vars, row.coefs))
+        if row.lb == row.ub:
+            prob += (expr == row.lb), f"r{r}"
+            continue
+        if math.isfinite(row.lb):
+            prob += (expr >= row.lb), f"r{r}l"
+        if math.isfinite(row.ub):
+            prob += (expr <= row.ub), f"r{r}u"
+    for k, val in milp.hint.items():
+        xs[k].setInitialValue(val)
+    solver = pulp.PULP_CBC_CMD(msg=bool(log), timeLimit=float(time_limit_s), gapRel=float(rel_gap),
+                               threads=threads, warmStart=bool(milp.hint))
+    prob.solve(solver)
+    wall = time.perf_counter() - t0
+    sol = prob.sol_status
+    facts["pulp_status"], facts["pulp_sol_status"] = pulp.LpStatus[prob.status], int(sol)
+    if sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible:
+        return SolveResult("infeasible", None, None, None, wall, NAME, facts)
+    if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
+        return SolveResult("unknown", None, None, None, wall, NAME, facts)
+    values = np.array([x.value() if x.value() is not None else 0.0 for x in xs[:model.num_vars]])
+    values = np.where(np.array(model.integer), np.round(values), values)
+    obj = pulp.value(prob.objective) / scale
+    if sol == pulp.LpSolutionOptimal:
+        return SolveResult("optimal", values, obj, obj, wall, NAME, facts)
+    return SolveResult("feasible", values, obj, None, wall, NAME, facts)

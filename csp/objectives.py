@@ -1,0 +1,278 @@
+"""Batch time inside the model, and the objectives built on it (§3.3 "Objective").
+
+The batch time is the simulator's own cost model, read from
+``cost.coefficients`` at build time (``infermax.costmodel.linear``)::
+
+    t_j = max_k(a_k + b_k·N_j) + [decode](db + dk·K_j) + [prefill](pb + pa·W_j + pt·P_j)
+
+with N_j = Σ_i c_ij, K_j = Σ_decode k_ij, W_j = Σ_prefill c_ij·k_ij and
+P_j = Σ_prefill c_ij. Encoded exactly:
+
+- the max of lines is convex in the integer N_j, so N_j = Σ_seg s_jseg with one
+  bounded segment per slope of the integer envelope (minimisation fills them in
+  order; ``exact=True`` adds order binaries for objectives that are not
+  monotone in batch time);
+- [decode]/[prefill] are the batch indicators yd_j >= dp_ij, yp_j >= cz_ij - dp_ij;
+- K_j is linear through kvd_ij = dp_ij·k_ij (exact bool×int);
+- W_j is quadratic. For the total busy time the per-request sum telescopes
+  (Φ = m²/2 potential) to the *convex* form
+  Σ_j W_j = Σ_i [Pk_i²/2 + Σ_j (ev_ij² + c_ij²)/2 - Σ_j kvd_ij],
+  so only squares remain (q >= x², exact at the optimum, no bilinear term).
+  Objectives that need each batch's end time use w_ij = c_ij·k_ij per batch.
+
+Objectives (all in seconds, minimised): ``latency`` (makespan), ``completion``
+(mean end-to-end time), ``ttft`` (mean time to first token), ``tpot`` (mean time
+per output token over requests with O > 1), ``throughput`` (tokens/s; solved as
+latency). Online arrivals (§3.3 "Online Setting") use accumulated batch ends
+end_j >= start_j + t_j, start_j >= end_j-1, start_j >= T_i·cz_ij.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from infermax.costmodel import CostModel
+
+from .formulation import Formulation
+from .model import LinExpr
+
+OBJECTIVES = ("latency", "completion", "ttft", "tpot", "throughput")
+#: objectives whose value only grows with every batch time (slack in t_j never pays)
+MONOTONE = ("latency", "completion", "ttft", "throughput")
+
+
+def linear_coefficients(cost: CostModel):
+    """The LinearCoefficients of ``cost`` (the MILP needs the linear model's form)."""
+    k = getattr(cost, "coefficients", None)
+    needed = ("nonattn_lines", "decode_bias_s", "decode_kv_s", "prefill_bias_s", "prefill_attn_s")
+    if k is None or not all(hasattr(k, n) for n in needed):
+        raise ValueError(f"the MILP needs a linear cost model (costmodel.linear); "
+                         f"{getattr(cost, 'name', cost)!r} has no linear coefficients")
+    return k
+
+
+def nonattention_segments(lines, max_tokens: int) -> tuple[float, list[tuple[int, float]]]:
+    """f(0) and the (length, slope) runs of f(N) = max_k(a_k + b_k·N) on integers 0..max_tokens.
+
+    Slopes are non-decreasing (f is convex), so Σ_seg slope·s_seg with the
+    segments filled in order equals f(N) - f(0) at every integer N.
+    """
+    n = np.arange(max_tokens + 1, dtype=np.float64)
+    f = np.max([a + b * n for a, b in lines], axis=0)
+    slopes = np.diff(f)
+    segs: list[tuple[int, float]] = []
+    for d in slopes:
+        if segs and math.isclose(segs[-1][1], float(d), rel_tol=1e-9, abs_tol=1e-15):
+            segs[-1] = (segs[-1][0] + 1, segs[-1][1])
+        else:
+            segs.append((1, float(d)))
+    # one slope per run: the mean keeps f exact at the run's ends despite rounding noise
+    out, pos = [], 0
+    for length, _ in segs:
+        out.append((length, float((f[pos + length] - f[pos]) / length)))
+        pos += length
+    return float(f[0]), out
+
+
+def add_batch_time_terms(fm: Formulation, exact: bool) -> None:
+    """yd, yp, kvd and the segment variables of every batch (see the module docstring)."""
+    m, v, J, lim = fm.model, fm.v, fm.horizon, fm.limits
+    B = fm.num_requests
+    k = linear_coefficients(fm.cost)
+    f0, segs = nonattention_segments(k.nonattn_lines, lim.C)
+    v.f0, v.segs = f0, segs
+    v.yd = [m.bool_var(f"yd[{j}]") for j in range(J)]
+    v.yp = [m.bool_var(f"yp[{j}]") for j in range(J)]
+    v.kvd = [[m.int_var(0, v.Pk[i], f"kvd[{i},{j}]") for j in range(J)] for i in range(B)]
+    v.seg = [[m.int_var(0, length, f"seg[{j},{q}]") for q, (length, _) in enumerate(segs)] for j in range(J)]
+    for j in range(J):
+        for i in range(B):
+            dp, kk, kvd = v.dp[i][j], v.k[i][j], v.kvd[i][j]
+            m.add(v.yd[j] >= dp, "time")
+            m.add(v.yp[j] >= v.cz[i][j] - dp, "time")
+            m.add(kvd <= v.Pk[i] * dp, "time")
+            m.add(kvd <= kk, "time")
+            m.add(kvd >= kk - v.Pk[i] * (1 - dp), "time")
+        m.add(v.yd[j] <= v.y[j], "time")
+        m.add(v.yp[j] <= v.y[j], "time")
+        m.add(sum(v.seg[j][1:], 1.0 * v.seg[j][0]) == sum((v.c[i][j] for i in range(B)), LinExpr()), "time")
+        if not fm.policy.hybrid:
+            m.add(v.yd[j] + v.yp[j] <= 1, "policy")
+        if exact:
+            m.add(v.yd[j] <= sum((v.dp[i][j] for i in range(B)), LinExpr()), "time-exact")
+            m.add(v.yp[j] <= sum((v.cz[i][j] - v.dp[i][j] for i in range(B)), LinExpr()), "time-exact")
+            for q in range(len(segs) - 1):
+                w = m.bool_var(f"segfull[{j},{q}]")
+                fm.derive(w, lambda x, a=v.seg[j][q].index, L=segs[q][0]: float(x[a] >= L))
+                m.add(v.seg[j][q] >= segs[q][0] * w, "time-exact")
+                m.add(v.seg[j][q + 1] <= segs[q + 1][0] * w, "time-exact")
+
+
+def _fixed_terms(fm: Formulation, j: int) -> LinExpr:
+    """The part of t_j that is linear in the model's variables (all but attention work)."""
+    v = fm.v
+    k = linear_coefficients(fm.cost)
+    B = fm.num_requests
+    e = v.f0 * v.y[j] + k.decode_bias_s * v.yd[j] + k.prefill_bias_s * v.yp[j]
+    for q, (_, slope) in enumerate(v.segs):
+        e = e + slope * v.seg[j][q]
+    pt = getattr(k, "prefill_token_s", 0.0)
+    for i in range(B):
+        if pt:
+            e = e + pt * (v.c[i][j] - v.dp[i][j])
+    return e
+
+
+def busy_time(fm: Formulation) -> LinExpr:
+    """Σ_j t_j, with the prefill work in its telescoped convex form (squares only)."""
+    m, v, J = fm.model, fm.v, fm.horizon
+    k = linear_coefficients(fm.cost)
+    B = fm.num_requests
+    total = LinExpr()
+    for j in range(J):
+        total = total + _fixed_terms(fm, j)
+    pa, dk = k.prefill_attn_s, k.decode_kv_s
+    v.q, v.qe = [], []
+    for i in range(B):
+        total = total + (dk - pa) * sum((v.kvd[i][j] for j in range(J)), LinExpr())
+        if pa:
+            total = total + pa * 0.5 * v.Pk[i] ** 2
+            qi, qei = [], []
+            for j in range(J):
+                q = m.int_var(0, v.cmax[i] ** 2, f"q[{i},{j}]")
+                m.add_product(q, v.c[i][j], v.c[i][j], "c^2", sense="ge")
+                qe = m.int_var(0, (v.Pk[i] - 1) ** 2, f"qe[{i},{j}]")
+                m.add_product(qe, v.ev[i][j], v.ev[i][j], "ev^2", sense="ge")
+                total = total + (pa * 0.5) * (q + qe)
+                qi.append(q)
+                qei.append(qe)
+            v.q.append(qi)
+            v.qe.append(qei)
+    return total
+
+
+def batch_times(fm: Formulation, exact: bool) -> list[LinExpr]:
+    """t_j for every batch, with per-batch prefill work pw_ij = (1 - dp_ij)·c_ij·k_ij."""
+    m, v, J = fm.model, fm.v, fm.horizon
+    k = linear_coefficients(fm.cost)
+    B = fm.num_requests
+    out = []
+    v.w, v.pw = [[None] * J for _ in range(B)], [[None] * J for _ in range(B)]
+    for j in range(J):
+        t = _fixed_terms(fm, j)
+        for i in range(B):
+            t = t + k.decode_kv_s * v.kvd[i][j]
+            if k.prefill_attn_s:
+                big = v.cmax[i] * v.Pk[i]
+                w = m.int_var(0, big, f"w[{i},{j}]")
+                m.add_product(w, v.c[i][j], v.k[i][j], "c*k", sense="eq" if exact else "ge")
+                pw = m.int_var(0, big, f"pw[{i},{j}]")
+                m.add(pw >= w - v.Pk[i] * v.dp[i][j], "time")
+                if exact:
+                    m.add(pw <= w, "time-exact")
+                    m.add(pw <= big * (1 - v.dp[i][j]), "time-exact")
+                v.w[i][j], v.pw[i][j] = w, pw
+                t = t + k.prefill_attn_s * pw
+        out.append(t)
+    return out
+
+
+def max_batch_time_s(fm: Formulation) -> float:
+    """An upper bound on any single batch's time under the limits (for time big-Ms)."""
+    k = linear_coefficients(fm.cost)
+    lim = fm.limits
+    return (max(a + b * lim.C for a, b in k.nonattn_lines) + k.decode_bias_s + k.decode_kv_s * lim.M
+            + k.prefill_bias_s + k.prefill_attn_s * lim.C * lim.M + getattr(k, "prefill_token_s", 0.0) * lim.P)
+
+
+def add_timeline(fm: Formulation, times: list[LinExpr], exact: bool, upper_s: float) -> None:
+    """Accumulated batch ends (§3.3 "Online Setting"): end_j = start_j + t_j.
+
+    Offline, start_j = end_j-1. Online, start_j >= end_j-1 and start_j >= T_i·cz_ij
+    (a batch waits for its requests); a later start is an explicit idle period that
+    the extracted schedule keeps as ``not_before_s``.
+    """
+    m, v, J = fm.model, fm.v, fm.horizon
+    T = fm.workload.arrivals_s
+    online = not fm.workload.is_offline
+    v.start, v.end = [], []
+    prev = None
+    for j in range(J):
+        end = m.num_var(0.0, upper_s, f"end[{j}]")
+        if online:
+            start = m.num_var(0.0, upper_s, f"start[{j}]")
+            if prev is not None:
+                m.add(start >= prev, "timeline")
+            for i in range(fm.num_requests):
+                if T[i] > 0:
+                    m.add(start >= float(T[i]) * v.cz[i][j], "timeline")
+            m.add(end == start + times[j], "timeline")
+            v.start.append(start)
+        else:
+            m.add(end == (prev if prev is not None else 0.0) + times[j], "timeline")
+        v.end.append(end)
+        prev = end
+
+
+def _event_times(fm: Formulation, name: str, happens, exact: bool, upper_s: float) -> list:
+    """One time variable per request: the end of the batch where ``happens[i][j]`` (>=, or == if exact)."""
+    m, v, J = fm.model, fm.v, fm.horizon
+    out = []
+    for i in range(fm.num_requests):
+        t = m.num_var(0.0, upper_s, f"{name}[{i}]")
+        for j in range(J):
+            lit = happens[i][j]
+            m.add(t >= v.end[j], f"event-{name}", enforce=[(lit, 1)])
+            if exact:
+                m.add(t <= v.end[j], f"event-{name}", enforce=[(lit, 1)])
+        out.append(t)
+    return out
+
+
+def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
+    """Build the batch-time terms and the objective ``name``; returns the objective expression (s).
+
+    ``upper_s`` bounds every time variable (a valid horizon end for this instance).
+    """
+    if name not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
+    m, v, J = fm.model, fm.v, fm.horizon
+    w = fm.workload
+    B = len(w)
+    exact = name not in MONOTONE
+    add_batch_time_terms(fm, exact)
+    T = w.arrivals_s
+    if name in ("latency", "throughput") and w.is_offline:
+        expr = busy_time(fm)
+    else:
+        add_timeline(fm, batch_times(fm, exact), exact, upper_s)
+        if name in ("latency", "throughput"):
+            expr = v.end[J - 1] - float(T.min())
+        elif name == "completion":
+            v.completion = _event_times(fm, "completion", v.f, exact, upper_s)
+            expr = sum((c - float(T[i]) for i, c in enumerate(v.completion)), LinExpr()) * (1.0 / B)
+        else:
+            # started_is = [G_is >= 1]; the first token comes in batch j iff started flips there
+            v.started = [[m.const(0, f"started[{i},0]")] + [m.bool_var(f"started[{i},{s}]") for s in range(1, J + 1)]
+                         for i in range(B)]
+            v.ft = [[m.bool_var(f"ft[{i},{j}]") for j in range(J)] for i in range(B)]
+            for i in range(B):
+                for s in range(1, J + 1):
+                    m.add(v.G[i][s] >= v.started[i][s], "event-first")
+                    m.add(v.G[i][s] <= int(w.output_lens[i]) * v.started[i][s], "event-first")
+                for j in range(J):
+                    m.add(v.ft[i][j] == v.started[i][j + 1] - v.started[i][j], "event-first")
+            v.first = _event_times(fm, "first", v.ft, exact, upper_s)
+            if name == "ttft":
+                expr = sum((f - float(T[i]) for i, f in enumerate(v.first)), LinExpr()) * (1.0 / B)
+            else:
+                v.completion = _event_times(fm, "completion", v.f, exact, upper_s)
+                O = w.output_lens
+                many = [i for i in range(B) if O[i] > 1]
+                if not many:
+                    raise ValueError("objective tpot needs a request with output_len > 1")
+                expr = sum(((v.completion[i] - v.first[i]) * (1.0 / (int(O[i]) - 1)) for i in many),
+                           LinExpr()) * (1.0 / len(many))
+    m.minimize(expr)
+    return expr

@@ -1,0 +1,186 @@
+"""Warm starts: the best heuristic schedule, the horizon it implies, and its hint.
+
+A heuristic schedule (any registered scheduler, replayed) is an upper bound UB.
+It becomes a complete assignment of every model variable (``assign``), so the
+solver starts from a feasible point — and, as a test, the model must accept it
+with an objective equal to the replayed one. Before that the schedule is
+cleaned (:func:`.trajectory.strip_wasted_work`) and relabelled into the
+symmetry-breaking order (:func:`.trajectory.canonical_labels`).
+
+The horizon J must hold an optimal schedule. For latency each non-empty batch
+costs at least β = f(0) + min(decode, prefill bias) on top of the work w every
+schedule does (Σ Pk tokens at the cheapest slope, Σ I(I+1)/2 prefill work), so
+an optimal schedule has at most ⌊(UB - w) / β⌋ batches.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from infermax.costmodel import CostModel
+from infermax.engine import SchedulerStuckError, simulate
+from infermax.metrics import metrics as compute_metrics
+from infermax.replay import replay
+from infermax.state import ScheduleError
+from infermax.types import Limits, Schedule, Workload
+
+from .flows import assign_flows
+from .formulation import Formulation
+from .objectives import linear_coefficients, nonattention_segments
+from .policy import Policy
+from .trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
+
+log = logging.getLogger(__name__)
+
+__all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_latency"]
+
+_METRIC = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
+           "throughput": "latency_s"}
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The schedule the solver starts from, who produced it, and its replayed value (minimised)."""
+
+    name: str
+    schedule: Schedule
+    value: float
+    latency_s: float
+
+
+def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy,
+                    source: "str | Schedule | None", clean: bool, symmetry: str) -> WarmStart | None:
+    """The best valid starting schedule in ``policy``'s class.
+
+    source: "best" tries every registered scheduler and the sequential schedule;
+    a scheduler name tries that one; a Schedule is used as given; None gives
+    only the sequential schedule (still needed for the horizon).
+    """
+    from infermax.schedulers import available
+
+    candidates: list[tuple[str, Schedule]] = []
+    if isinstance(source, Schedule):
+        candidates.append(("given", source))
+    elif source is not None:
+        names = available() if source == "best" else [source]
+        for name in names:
+            try:
+                candidates.append((name, simulate(workload, name, limits, cost).schedule))
+            except (SchedulerStuckError, ScheduleError, ValueError) as exc:
+                log.info("warm start: scheduler %s failed on this instance (%s)", name, exc)
+    candidates.append(("sequential", sequential_schedule(workload, limits)))
+    best: WarmStart | None = None
+    for name, sched in candidates:
+        if not respects_policy(sched, workload, limits, cost, policy):
+            continue
+        if clean:
+            sched = strip_wasted_work(sched, workload, policy.effective_limits(limits), cost)
+        met = compute_metrics(replay(sched, workload, policy.effective_limits(limits), cost))
+        value = float(met[_METRIC[objective]])
+        if best is None or value < best.value - 1e-15:
+            best = WarmStart(name, sched, value, float(met["latency_s"]))
+    return best
+
+
+def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> int:
+    """Batches an optimal latency schedule can have: ⌊(UB - work lower bound) / β⌋ (valid, see module doc)."""
+    k = linear_coefficients(cost)
+    f0, segs = nonattention_segments(k.nonattn_lines, 1)
+    slope = segs[0][1]
+    beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
+    I = workload.input_lens.astype(np.float64)
+    Pk = I + workload.output_lens - 1
+    work = slope * Pk.sum() + k.prefill_attn_s * float((I * (I + 1) / 2).sum())
+    if beta <= 0:
+        raise ValueError("the cost model gives batches no fixed cost; pass horizon= explicitly")
+    return max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
+
+
+def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
+    """Every model variable's value for ``schedule`` (which must fit in the horizon)."""
+    w, v, J, model = fm.workload, fm.v, fm.horizon, fm.model
+    tr = trajectory(schedule, w, fm.limits, fm.cost)
+    n = tr.c.shape[1]
+    if n > J:
+        raise ValueError(f"schedule has {n} batches > horizon {J}")
+    B = len(w)
+    pad = J - n
+    P = lambda a: np.pad(a, ((0, 0), (0, pad)), mode="edge")          # states stay after the last batch
+    Z = lambda a: np.pad(a, ((0, 0), (0, pad)))                        # batches are empty
+    m, inp, gen = P(tr.m), P(tr.inp), P(tr.gen)
+    c, e, dec = Z(tr.c), Z(tr.e), Z(tr.decode.astype(np.int64))
+    O = w.output_lens[:, None]
+    fin = (gen == O).astype(np.int64)
+    D = ((m >= inp) & (m > 0) & (fin == 0)).astype(np.int64)
+    ev = e * m[:, :-1]
+    k = m[:, :-1] - ev + c
+    g = gen[:, 1:] - gen[:, :-1]
+    dp = dec * (1 - e) * (c > 0)
+    x = np.full(model.num_vars, np.nan)
+
+    def put(grid, values):
+        for i in range(B):
+            for s, var in enumerate(grid[i]):
+                x[var.index] = values[i, s]
+
+    for name, val in (("m", m), ("inp", inp), ("G", gen), ("D", D), ("F", fin), ("mz", (m > 0) * 1),
+                      ("c", c), ("k", k), ("ev", ev), ("e", e), ("g", g), ("cz", (c > 0) * 1),
+                      ("kz", (k > 0) * 1), ("dp", dp), ("f", fin[:, 1:] - fin[:, :-1]), ("kvd", dp * k)):
+        put(getattr(v, name), val)
+    for i, rows in enumerate(getattr(v, "gam", [])):
+        for s in range(J + 1):
+            for t, var in enumerate(rows[s]):
+                x[var.index] = float(gen[i, s] >= t + 1)
+    for i, row in enumerate(getattr(v, "started", [])):
+        for s, var in enumerate(row):
+            x[var.index] = float(gen[i, s] >= 1)
+    busy = (c > 0).any(axis=0)
+    for j in range(J):
+        x[v.y[j].index] = float(busy[j])
+        x[v.yd[j].index] = float(dp[:, j].any())
+        x[v.yp[j].index] = float(((c[:, j] > 0) & (dp[:, j] == 0)).any())
+        left = int(c[:, j].sum())
+        for q, (length, _) in enumerate(v.segs):
+            x[v.seg[j][q].index] = min(length, left)
+            left -= min(length, left)
+    for i, row in enumerate(getattr(v, "q", [])):
+        for j, var in enumerate(row):
+            x[var.index] = c[i, j] ** 2
+            x[v.qe[i][j].index] = ev[i, j] ** 2
+    for i, row in enumerate(getattr(v, "w", [])):
+        for j, var in enumerate(row):
+            if var is not None:
+                x[var.index] = c[i, j] * k[i, j]
+                x[v.pw[i][j].index] = c[i, j] * k[i, j] * (1 - dp[i, j])
+    _assign_times(fm, x, tr, fin, gen, pad)
+    assign_flows(fm, x, gen, D, fin, e, g)
+    for var, fn in fm.derived:
+        x[var.index] = fn(x)
+    missing = np.flatnonzero(np.isnan(x))
+    if missing.size:
+        raise RuntimeError(f"assign left {missing.size} variables unset, e.g. {model.names[int(missing[0])]}")
+    return x
+
+
+def _assign_times(fm: Formulation, x: np.ndarray, tr, fin: np.ndarray, gen: np.ndarray,
+                  pad: int) -> None:
+    v = fm.v
+    if not getattr(v, "end", None):
+        return
+    n = tr.start_s.size
+    last = tr.start_s[-1] + tr.duration_s[-1] if n else 0.0
+    starts = np.concatenate([tr.start_s, np.full(pad, last)])
+    ends = np.concatenate([tr.start_s + tr.duration_s, np.full(pad, last)])
+    for j, var in enumerate(v.end):
+        x[var.index] = ends[j]
+        if v.start:
+            x[v.start[j].index] = starts[j]
+    for name, happened in (("completion", fin), ("first", (gen >= 1).astype(np.int64))):
+        for i, var in enumerate(getattr(v, name, []) or []):
+            x[var.index] = ends[int(np.argmax(np.diff(happened[i]) > 0))]
+    for i, row in enumerate(getattr(v, "ft", []) or []):
+        for j, var in enumerate(row):
+            x[var.index] = float(gen[i, j + 1] >= 1 and gen[i, j] == 0)

@@ -1,0 +1,109 @@
+"""solve_optimal end to end with CP-SAT: optimality, policy classes, objectives, errors."""
+from __future__ import annotations
+
+import pytest
+from conftest import SOME_SCHEDULERS, heuristic_schedules, section45
+from factories import small_instances
+from hypothesis import HealthCheck, given, settings
+
+from infermax import Limits, Workload, metrics, replay
+from infermax.engine import resolve_inputs
+from infermax.csp import OptimalResult, Policy, solve_optimal
+from infermax.csp import backends as csp_backends
+from infermax.csp.api import METRIC_OF
+
+pytestmark = pytest.mark.solver
+
+
+def _replays(r: OptimalResult, workload, limits, cost) -> None:
+    """The schedule replays to the reported objective, which matches the solver's own value."""
+    m = metrics(replay(r.schedule, workload, limits, cost))
+    assert m[METRIC_OF[r.objective_name]] == pytest.approx(r.objective, rel=1e-12)
+    if r.info.get("solution_from") == "solver" and "relaxation" not in r.info:
+        assert r.solver_objective == pytest.approx(r.objective, rel=1e-6)
+
+
+@pytest.mark.parametrize("I", [1, 64, 256])
+def test_section45_instances_are_proven_optimal(cost, I):
+    workload, limits, _ = resolve_inputs(*section45(I), cost)
+    r = solve_optimal(workload, limits, cost, time_limit_s=60)
+    assert r.status == "optimal" and r.gap <= 1e-4 and r.horizon_proven
+    assert r.info["solver_wall_s"] <= 60
+    _replays(r, workload, limits, cost)
+    best = min(h.metrics["latency_s"] for _, h in heuristic_schedules(workload, limits, cost))
+    assert r.objective <= best * (1 + 1e-12)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=3, max_len=4, online=False))
+def test_optimum_beats_every_heuristic_and_its_eviction_free_class(cost, inst):
+    workload, limits = inst
+    r = solve_optimal(workload, limits, cost, time_limit_s=30)
+    assert r.status == "optimal"
+    _replays(r, workload, limits, cost)
+    for name, h in heuristic_schedules(workload, limits, cost, names=SOME_SCHEDULERS):
+        assert r.objective <= h.metrics["latency_s"] * (1 + 1e-9), name
+    ef = solve_optimal(workload, limits, cost, time_limit_s=30, policy=Policy(allow_eviction=False))
+    assert ef.metrics["num_evictions"] == 0
+    assert ef.objective >= r.bound * (1 - 1e-9)
+    assert ef.objective >= r.objective * (1 - 2e-4)
+
+
+def test_policy_class_optimum_is_no_worse_than_its_heuristic(cost):
+    w, lim = Workload.from_lengths([5, 3, 6, 2], [3, 4, 2, 3]), Limits(M=12, C=64)
+    for name in ("vllm", "sarathi-nohy", "vllm-ef"):
+        h = heuristic_schedules(w, lim, cost, names=(name,))[0][1]
+        r = solve_optimal(w, lim, cost, time_limit_s=30, policy=Policy.of_scheduler(name), method="per-request")
+        assert r.status == "optimal"
+        assert r.objective <= h.metrics["latency_s"] * (1 + 1e-9)
+        _replays(r, w, lim, cost)
+
+
+@pytest.mark.parametrize("objective", ["completion", "ttft", "tpot", "throughput"])
+def test_other_objectives_replay_to_the_solver_value(cost, objective):
+    w = Workload.from_lengths([4, 2, 3], [3, 2, 3], arrivals_s=[0.0, 0.004, 0.02])
+    lim = Limits(M=9, C=64)
+    r = solve_optimal(w, lim, cost, objective=objective, time_limit_s=10)
+    assert r.schedule is not None and r.status in ("optimal", "feasible")
+    _replays(r, w, lim, cost)
+    best = min(h.metrics[METRIC_OF[objective]] for _, h in heuristic_schedules(w, lim, cost))
+    if objective == "throughput":
+        assert r.objective >= best * (1 - 1e-9)
+    else:
+        assert r.objective <= best * (1 + 1e-9)
+
+
+def test_better_than_mode_answers_both_ways(cost):
+    spec, lim = section45(16)
+    opt = solve_optimal(spec, lim, cost, time_limit_s=30)
+    none = solve_optimal(spec, lim, cost, time_limit_s=30, better_than=opt.objective, by=0.10)
+    assert none.status == "infeasible" and none.schedule is None
+    yes = solve_optimal(spec, lim, cost, time_limit_s=30, better_than=opt.objective * 1.2, by=0.10)
+    assert yes.schedule is not None and yes.objective <= opt.objective * 1.2 * 0.9 * (1 + 1e-9)
+
+
+def test_aggregate_and_per_request_models_agree(cost):
+    spec, lim = "fixed:I=5,O=3,B=5", "M=16,C=64"
+    for policy in (Policy(chunked_prefill=False), Policy()):
+        a = solve_optimal(spec, lim, cost, time_limit_s=30, policy=policy, method="aggregate")
+        p = solve_optimal(spec, lim, cost, time_limit_s=30, policy=policy, method="per-request")
+        assert a.status == p.status == "optimal"
+        assert a.objective == pytest.approx(p.objective, rel=2e-4)
+
+
+def test_infeasible_instance_fails_before_the_solver(cost, monkeypatch):
+    from infermax.csp.backends import cpsat
+
+    monkeypatch.setattr(cpsat, "solve", lambda *a, **k: pytest.fail("the solver must not run"))
+    with pytest.raises(ValueError, match="request 2 cannot fit in M"):
+        solve_optimal(Workload.from_lengths([2, 2, 30], [2, 2, 4]), Limits(M=20), cost)
+
+
+def test_missing_solver_names_the_pip_command(cost, monkeypatch):
+    from infermax.csp.backends import highs
+
+    monkeypatch.setattr(highs, "is_available", lambda: False)
+    with pytest.raises(csp_backends.BackendUnavailable, match="pip install highspy"):
+        solve_optimal("fixed:I=2,O=2,B=2", "M=8", cost, backend="highs")
+    with pytest.raises(ValueError, match="unknown backend"):
+        solve_optimal("fixed:I=2,O=2,B=2", "M=8", cost, backend="nope")
