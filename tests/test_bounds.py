@@ -157,3 +157,17 @@ def test_bounds_price_the_per_request_term():
     assert b.value > plain.value            # the term costs something ...
     for name in ("vllm", "sarathi", "sarathi-la", "rank-i"):
         assert b.value <= simulate(w, name, lim, cost).metrics["latency_s"]   # ... and the bound stays valid
+
+
+@pytest.mark.solver
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inst=small_instances(max_requests=3, max_len=6, online=False))
+def test_bound_never_exceeds_the_proven_optimum(inst):
+    pytest.importorskip("ortools")
+    from infermax import solve_optimal
+
+    workload, limits = inst
+    res = solve_optimal(workload, limits=limits, time_limit_s=20)
+    bound = lower_bound(workload, limits, methods=METHODS)
+    assert res.status == "optimal"
+    assert bound.value <= res.objective * (1 + 1e-9), (bound.values, res.objective)
