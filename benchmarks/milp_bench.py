@@ -96,7 +96,7 @@ ABLATIONS: list[tuple[str, dict[str, Any]]] = [
     ("no flows, DFF cuts on indicators", {"strengthening": Strengthening(flows=False, dff=True)}),
     ("no valid inequalities", {"strengthening": Strengthening(cuts=False, flows=False)}),
     ("no symmetry breaking", {"strengthening": Strengthening(symmetry="none")}),
-    ("symmetry by completion order", {"strengthening": Strengthening(symmetry="completion")}),
+    ("lexicographic symmetry breaking", {"strengthening": Strengthening(symmetry="lex")}),
     ("no dominance", {"strengthening": Strengthening(dominance=False)}),
     ("big-M rows (tight M)", {"strengthening": Strengthening(indicators="big-m")}),
     ("big-M rows (loose M)", {"strengthening": Strengthening(indicators="big-m", big_m="loose")}),

@@ -47,6 +47,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from infermax.execute.forward import Packed as _Batch   # one packed-batch layout for executor and profiler
+
 from .profiles import PER_MODEL_OPS
 from .specs import ModelSpec, get_model_spec
 
@@ -100,20 +102,6 @@ class _Laps:
         now = self.clock()
         self.totals[op] += now - self.last
         self.last = now
-
-
-@dataclass(frozen=True, slots=True)
-class _Batch:
-    """Index tensors of one packed batch, as :func:`infermax.execute.forward.pack` builds them."""
-
-    input_ids: Any
-    positions: Any
-    write_slots: Any
-    last_rows: Any
-    decode_rows: Any
-    decode_blocks: Any
-    decode_mask: Any
-    prefills: tuple[tuple[int, int, Any, Any], ...]
 
 
 class _Net:
@@ -171,9 +159,11 @@ class _Net:
             prefills.append((int(rows[r]), int(rows[r + 1]), self._long(blocks[r]), mask.to(self.device)))
         last = np.arange(logits_rows) if logits_rows is not None else rows[1:] - 1
         ids = self.rng.integers(0, self.spec.vocab_size, int(rows[-1]))
-        return _Batch(self._long(ids), self._long(positions), self._long(slots), self._long(last),
-                      self._long(rows[:-1][dec]), self._long(dec_blocks.reshape(-1)),
-                      dec_mask[:, None, None, :].to(self.device), tuple(prefills))
+        return _Batch(input_ids=self._long(ids), positions=self._long(positions), write_slots=self._long(slots),
+                      last_rows=self._long(last), decode_rows=self._long(rows[:-1][dec]),
+                      decode_blocks=self._long(dec_blocks.reshape(-1)),
+                      decode_mask=dec_mask[:, None, None, :].to(self.device), prefills=tuple(prefills),
+                      cu_seqlens=None, context_lens=None, block_table=None)   # the gather path, not the paged one
 
     def _long(self, values: np.ndarray) -> Any:
         return self.torch.as_tensor(np.asarray(values, np.int64), device=self.device)

@@ -118,6 +118,8 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
             m.add(v.seg[j][q] <= L * y, "agg-segment")
             objective = objective + slope * v.seg[j][q]
         objective = objective + f0 * y + k.decode_bias_s * v.yd[j] + k.prefill_bias_s * v.yp[j]
+        # request_s · R: merging a chunk never adds a request to a batch, so the relaxation stays a bound
+        objective = objective + getattr(k, "request_s", 0.0) * (b["dec"] + b["pre"])
         if j + 1 < J:
             m.add(y >= v.y[j + 1], "batch-order")
         if j < lb_y:

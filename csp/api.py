@@ -5,59 +5,52 @@
     >>> r.status, r.gap <= 1e-4          # doctest: +SKIP
     ('optimal', True)
 
-Every schedule returned has been replayed by ``infermax.replay`` and its
-objective is the replayed one; the solver's own value is kept beside it
-(``solver_objective``) and the two must agree to 1e-6 unless the cost was
-under-approximated (``info["replay_rel_diff"]`` says by how much).
+Steps: check the instance (a request that cannot fit is named before any
+solver runs), find the warm start and the horizon, build the model, solve, and
+turn the answer into a replayed :class:`~.result.OptimalResult`.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from infermax.costmodel import CostModel
 from infermax.engine import resolve_inputs
-from infermax.metrics import metrics as compute_metrics
-from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import aggregate, backends
+from . import aggregate, backends, batchcount
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
 from .linearize import to_milp
 from .objectives import MONOTONE, OBJECTIVES, add_objective, max_batch_time_s
 from .policy import Policy
-from .strengthening import SYMMETRY_MODES, batch_count_lower_bound, add_dff_cuts, add_dominance, add_symmetry_breaking, add_valid_inequalities
+from .result import OptimalResult, combine, make_result, meets, no_schedule, objective_value
+from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
+                            add_valid_inequalities, batch_count_lower_bound)
 from .trajectory import merge_chunks
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency
 
 log = logging.getLogger(__name__)
 
-METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
-             "throughput": "tps"}
-REPLAY_RTOL = 1e-6
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Strengthening:
-    """Model options (all on by default; the benchmark switches them off one at a time).
+    """Model options (all on by default, except dff; the benchmark switches them one at a time).
 
-    symmetry: "lex" | "completion" | "none". cuts: valid inequalities. flows:
-    aggregated class flows with their bin-packing rows (:mod:`.flows`). dff:
-    the same bin-packing cuts on per-request indicators (without flows). dominance: evict decode-phase
-    requests only (used for monotone objectives). indicators: "native" (backend
-    decides) or "big-m" (rows of eq. (6) for every backend). big_m: "tight"
-    (from variable bounds) or "loose" (one global M). products: "exact" or
-    "mccormick" (under-approximation for MIP backends, gap reported).
+    symmetry: "completion" | "lex" | "none" (completion order measured fastest).
+    cuts: valid inequalities. flows: aggregated class flows with their
+    bin-packing rows (:mod:`.flows`). dff: the same bin-packing cuts on
+    per-request indicators (useful without flows). dominance: evict
+    decode-phase requests only (used for monotone objectives). indicators:
+    "native" (backend decides) or "big-m" (rows of eq. (6) for every backend).
+    big_m: "tight" (from variable bounds) or "loose" (one global M). products:
+    "exact" or "mccormick" (under-approximation for MIP backends, gap reported).
     """
 
-    symmetry: str = "lex"
+    symmetry: str = "completion"
     cuts: bool = True
     flows: bool = True
     dff: bool = False
@@ -79,47 +72,6 @@ class Strengthening:
             raise ValueError("Strengthening.dff and .flows need cuts=True (they extend the cut set)")
 
 
-@dataclass(frozen=True, kw_only=True)
-class OptimalResult:
-    """A solve: the replayed schedule, its objective, the solver's bound and the gap between them.
-
-    status: "optimal" (gap <= rel_gap and the horizon provably holds an optimum),
-    "feasible", "infeasible" (no schedule within the horizon / better-than
-    target) or "unknown" (nothing found in time). ``objective`` is in the
-    objective's unit (seconds; tokens/s for throughput).
-    """
-
-    schedule: Schedule | None
-    objective: float | None
-    bound: float | None
-    gap: float | None
-    status: str
-    backend: str
-    wall_s: float
-    objective_name: str = "latency"
-    solver_objective: float | None = None
-    horizon: int = 0
-    horizon_proven: bool = False
-    warm_start: dict[str, Any] | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_optimal(self) -> bool:
-        return self.status == "optimal"
-
-    def summary(self) -> dict[str, Any]:
-        return {"objective_name": self.objective_name, "status": self.status, "objective": self.objective,
-                "bound": self.bound, "gap": self.gap, "backend": self.backend, "wall_s": self.wall_s,
-                "horizon": self.horizon, "horizon_proven": self.horizon_proven,
-                "num_batches": len(self.schedule) if self.schedule is not None else None,
-                "num_evictions": self.metrics.get("num_evictions"), "warm_start": self.warm_start}
-
-
-def objective_value(metrics: dict[str, Any], objective: str) -> float:
-    return float(metrics[METRIC_OF[objective]])
-
-
 def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: CostModel, target_s: float | None,
              limits: Limits, max_horizon: int | None) -> tuple[int, bool]:
     """(J, proven): batches in the model and whether J provably holds an optimal schedule."""
@@ -130,7 +82,8 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
             T = workload.arrivals_s
             ub = len(workload) * (ws.value if target_s is None else min(ws.value, target_s)) + float(T.max() - T.min())
         J = horizon_for_latency(ub, workload, cost)
-        cap = max_horizon or max(3 * base, base + 8)
+        # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
+        cap = max_horizon or max(3 * base, base + 8, 2000 // max(1, len(workload)))
         return (J, True) if J <= cap else (cap, False)
     return max(base + max(2, base // 10), 1), False
 
@@ -185,7 +138,7 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     lb_y = batch_count_lower_bound(workload, eff)
     if J < lb_y:
         if proven:   # even the shortest schedule is too slow for the target: answered without a solver
-            return _no_schedule(objective, backend, J, t0, ws, f"horizon {J} < batch-count lower bound {lb_y}")
+            return no_schedule(objective, backend, J, t0, ws, f"horizon {J} < batch-count lower bound {lb_y}")
         J = lb_y
     common = dict(workload=workload, limits=limits, cost=cost, objective=objective, policy=policy, J=J,
                   proven=proven, be=be, threads=threads, rel_gap=rel_gap, log_solver=log_solver,
@@ -205,7 +158,7 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
         hint = WarmStart("aggregate", first.schedule, first.objective, first.metrics["latency_s"]) \
             if first.schedule is not None else ws
         second = _solve_per_request(ws=hint, time_limit_s=left, t0=t0, target=None, **common)
-        return _combine(first, second, rel_gap, t0)
+        return combine(first, second, rel_gap, t0)
     return _solve_per_request(ws=ws, time_limit_s=time_limit_s, t0=t0, target=target, **common)
 
 
@@ -214,7 +167,7 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
     eff = policy.effective_limits(limits)
     fm = build(workload, limits, cost, objective, policy, J, strengthening, target)
     hinted = False
-    if ws is not None and len(ws.schedule) <= J and (target is None or _meets(ws, objective, target)):
+    if ws is not None and len(ws.schedule) <= J and (target is None or meets(ws, objective, target)):
         x = assign(fm, canonical_labels(ws.schedule, workload, eff, cost, strengthening.symmetry))
         bad = fm.model.evaluate(x)
         if bad:   # the model must accept every valid schedule; if not, say so loudly and go on unhinted
@@ -227,7 +180,7 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
         model, _ = to_milp(model, indicators="big-m", products="native", big_m=strengthening.big_m)
     res = be.solve(model, time_limit_s, threads=threads, rel_gap=rel_gap, log=log_solver,
                    **_backend_kwargs(be, strengthening, solver_params))
-    return _result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, target,
+    return make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, target,
                    lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
 
 
@@ -237,15 +190,22 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
     relax = policy.chunked_prefill
     # probe the batch count first: exactly-Y schedules with small Y are often refuted in a fraction of a second
     lb_y = batch_count_lower_bound(workload, eff)
+    search = None
+    if batchcount.is_applicable(eff):      # exact least batch count of the packing relaxation, if quick
+        search = batchcount.min_batch_count(workload, eff, upper=J, time_budget_s=min(10.0, time_limit_s / 6))
+        lb_y = max(lb_y, search.num_batches)
     probe_s = min(2.0, time_limit_s / 20)
     lb_probe = aggregate.probe_batch_count(workload, limits, cost, policy, lb_y, J,
                                            lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap),
                                            probe_s)
     if lb_probe > J:
-        return _no_schedule(objective, be.NAME, J, t0, ws, f"no schedule has <= {J} batches")
+        return no_schedule(objective, be.NAME, J, t0, ws, f"no schedule has <= {J} batches")
     time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))
     fm = aggregate.build_aggregate(workload, limits, cost, policy, J, relax_chunking=relax, min_batches=lb_probe)
     fm.info["batch_count_probed"] = lb_probe
+    if search is not None:
+        fm.info["batch_count_search"] = {"num_batches": search.num_batches, "is_exact": search.is_exact,
+                                         "states_max": search.states_max, "wall_s": round(search.wall_s, 3)}
     hinted = False
     if ws is not None:
         merged = merge_chunks(ws.schedule, workload, eff, cost)
@@ -259,7 +219,7 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
                 hinted = True
     res = be.solve(fm.model, time_limit_s, threads=threads, rel_gap=rel_gap / 10 if relax else rel_gap,
                    log=log_solver, **_backend_kwargs(be, strengthening, solver_params))
-    r = _result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, None,
+    r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, None,
                 lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
                 lambda sch: aggregate.assign_aggregate(fm, sch))
     if relax:
@@ -268,31 +228,10 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
     return r
 
 
-def _no_schedule(objective: str, backend: str, J: int, t0: float, ws: WarmStart | None, why: str) -> OptimalResult:
-    return OptimalResult(schedule=None, objective=None, bound=None, gap=None, status="infeasible", backend=backend,
-                         wall_s=time.perf_counter() - t0, objective_name=objective, horizon=J, horizon_proven=True,
-                         warm_start={"scheduler": ws.name, "objective": ws.value} if ws else None,
-                         info={"reason": why, "solution_from": None})
-
-
 def _backend_kwargs(be, strengthening: Strengthening, solver_params: dict | None) -> dict[str, Any]:
     if be.NAME == "cpsat":
         return {"params": solver_params}
     return {"products": strengthening.products, "big_m": strengthening.big_m}
-
-
-def _combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:
-    """The better schedule of two solves of the same problem, with the better of their bounds."""
-    best = second if (second.objective is not None and (first.objective is None
-                                                       or second.objective < first.objective)) else first
-    bounds = [b for b in (first.bound, second.bound) if b is not None]
-    bound = max(bounds) if bounds else None
-    gap = max(0.0, (best.objective - bound) / abs(best.objective)) if best.objective and bound is not None else None
-    status = "optimal" if gap is not None and gap <= rel_gap * (1 + 1e-9) and best.horizon_proven else \
-        best.status if best.status != "optimal" else "feasible"
-    info = {**best.info, "methods": {first.info["method"]: first.summary(), second.info["method"]: second.summary()}}
-    return dataclasses.replace(best, bound=bound, gap=gap, status=status, wall_s=time.perf_counter() - t0,
-                               warm_start=first.warm_start, info=info)
 
 
 def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy, horizon: int,
@@ -337,60 +276,3 @@ def _target(better_than, by: float, objective: str, workload: Workload, limits: 
         tokens = float(workload.output_lens.sum())
         return tokens / (ref * (1 + by))
     return ref * (1 - by)
-
-
-def _meets(ws: WarmStart, objective: str, target: float) -> bool:
-    value = ws.latency_s if objective == "throughput" else ws.value
-    return value <= target
-
-
-def _result(fm: Formulation, res, ws: WarmStart | None, objective: str, J: int, proven: bool, hinted: bool,
-            rel_gap: float, t0: float, target: float | None, extract, method: str, reassign) -> OptimalResult:
-    workload, limits, cost = fm.workload, fm.limits, fm.cost
-    info: dict[str, Any] = {"method": method, "model": fm.model.stats(), "solver_status": res.status,
-                            "solver_wall_s": res.wall_s,
-                            "hinted": hinted, "batch_count_lb": fm.info.get("batch_count_lb"),
-                            "target": target, **res.info}
-    warm = {"scheduler": ws.name, "objective": ws.value} if ws is not None else None
-    schedule, value, metrics, source = None, None, {}, None
-    if res.has_solution:
-        meta = {"solver": res.backend, "objective": objective, "policy": fm.policy.to_dict(), "horizon": J,
-                "limits": limits.to_dict(), "cost": cost.describe()}
-        schedule = extract(res.values, {**meta, "method": method})
-        source = "solver"
-    elif ws is not None and (target is None or _meets(ws, objective, target)):
-        schedule, source = ws.schedule, "warm-start"
-    if schedule is not None:
-        metrics = compute_metrics(replay(schedule, workload, limits, cost))
-        value = objective_value(metrics, objective)
-    info["solution_from"] = source
-    info["solver_raw_objective"] = res.objective
-    # the model's price of the returned schedule: its canonical assignment (no slack left in epigraph
-    # variables of a time-limited incumbent) evaluated by the objective row
-    solver_obj = fm.model.objective_value(reassign(schedule)) if source == "solver" else res.objective
-    bound = res.bound
-    if objective == "throughput":
-        tokens = float(workload.output_lens.sum())
-        solver_obj = tokens / solver_obj if solver_obj else None
-        bound = tokens / bound if bound and bound > 0 else None
-    if source == "solver" and solver_obj is not None:
-        diff = abs(value - solver_obj) / max(abs(value), 1e-300)
-        info["replay_rel_diff"] = diff
-        if diff > REPLAY_RTOL and method == "per-request":
-            log.warning("replayed %s %.9g differs from the model's %.9g (rel %.2e)", objective, value,
-                        solver_obj, diff)
-    gap = None
-    if value is not None and bound is not None:
-        gap = max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
-    status = res.status
-    if status == "optimal" and not (proven and gap is not None and gap <= rel_gap * (1 + 1e-9)):
-        status = "feasible"
-        info["optimal_within_horizon"] = not proven
-    if status in ("unknown",) and schedule is not None:
-        status = "feasible"
-    if status == "infeasible" and not proven:
-        info["infeasible_within_horizon"] = True
-    return OptimalResult(schedule=schedule, objective=value, bound=bound, gap=gap, status=status,
-                         backend=res.backend, wall_s=time.perf_counter() - t0, objective_name=objective,
-                         solver_objective=solver_obj, horizon=J, horizon_proven=proven, warm_start=warm,
-                         metrics=metrics, info=info)

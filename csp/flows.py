@@ -76,11 +76,13 @@ def add_class_flows(fm: Formulation, dominance: bool, dff_ks: int = 3) -> None:
                 counts[j]["pre"] += [F.EC[t][j], F.XP[t][j]]
                 w_gen, w_hold = I + t, I + t - 1
                 loads[j]["mem"] = loads[j]["mem"] + w_gen * gen_t(t) + (w_hold * F.H[t][j] if t else 0)
-                for k in ks:
-                    fg, fh = dff_value(k, w_gen, M), dff_value(k, w_hold, M) if t else 0
-                    loads[j]["all"][k] = loads[j]["all"][k] + float(fg) * gen_t(t) + float(fh) * F.H[t][j]
-                    loads[j]["dec"][k] = loads[j]["dec"][k] + float(fg) * F.XD[t][j]
-                    loads[j]["pre"][k] = loads[j]["pre"][k] + float(fg) * (F.EC[t][j] + F.XP[t][j])
+                for k in ks:                      # u_k(w/M)·k(k+1) is an integer: exact rows on every backend
+                    den = k * (k + 1)
+                    fg = int(dff_value(k, w_gen, M) * den)
+                    fh = int(dff_value(k, w_hold, M) * den) if t else 0
+                    loads[j]["all"][k] = loads[j]["all"][k] + fg * gen_t(t) + fh * F.H[t][j]
+                    loads[j]["dec"][k] = loads[j]["dec"][k] + fg * F.XD[t][j]
+                    loads[j]["pre"][k] = loads[j]["pre"][k] + fg * (F.EC[t][j] + F.XP[t][j])
         for s in range(J + 1):
             m.add(_sum(v.D[i][s] for i in cls) == _sum(F.R[t][s] for t in range(1, O)), "flow-link")
             m.add(_sum(v.F[i][s] for i in cls) == F.done[s], "flow-link")
@@ -96,9 +98,10 @@ def add_class_flows(fm: Formulation, dominance: bool, dff_ks: int = 3) -> None:
         m.add(_sum(counts[j]["dec"]) <= num_dec * v.yd[j], "flow-count")
         m.add(_sum(counts[j]["pre"]) <= num_gen * v.yp[j], "flow-count")
         for k in ks:
-            m.add(loads[j]["all"][k] <= v.y[j], "flow-dff")
-            m.add(loads[j]["dec"][k] <= v.yd[j], "flow-dff")
-            m.add(loads[j]["pre"][k] <= v.yp[j], "flow-dff")
+            den = k * (k + 1)
+            m.add(loads[j]["all"][k] <= den * v.y[j], "flow-dff")
+            m.add(loads[j]["dec"][k] <= den * v.yd[j], "flow-dff")
+            m.add(loads[j]["pre"][k] <= den * v.yp[j], "flow-dff")
 
 
 def _dff_family(fm: Formulation, count: int) -> list[int]:
@@ -151,7 +154,6 @@ def assign_flows(fm: Formulation, x, gen, D, fin, e, g) -> None:
     """Fill the flow variables of ``x`` from per-request arrays (state [B, J+1], batch [B, J])."""
     J = fm.horizon
     for cls, F in zip(num_identical_classes(fm.workload), getattr(fm.v, "flows", [])):
-        O = int(fm.workload.output_lens[cls[0]])
         for grid in (F.R, F.W) + tuple(getattr(F, a) for a in _FLOW_NAMES):
             for row in grid:
                 for var in row:

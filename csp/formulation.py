@@ -262,8 +262,6 @@ def check_instance(workload: Workload, limits: Limits, policy: Policy) -> None:
             if r.input_len > cap:
                 raise ValueError(f"request {r.id} cannot be prefilled without chunking: input_len = "
                                  f"{r.input_len} > min(C, P) = {cap} under policy no-chunked-prefill")
-            if policy.allow_eviction is False:
-                continue
     if limits.R_max is not None and limits.R_max < 1:
         raise ValueError(f"Limits.R_max must be >= 1, got {limits.R_max}")
 

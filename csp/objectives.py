@@ -118,9 +118,12 @@ def _fixed_terms(fm: Formulation, j: int) -> LinExpr:
     for q, (_, slope) in enumerate(v.segs):
         e = e + slope * v.seg[j][q]
     pt = getattr(k, "prefill_token_s", 0.0)
+    rs = getattr(k, "request_s", 0.0)
     for i in range(B):
         if pt:
             e = e + pt * (v.c[i][j] - v.dp[i][j])
+        if rs:
+            e = e + rs * v.cz[i][j]          # request_s · R: one per request with a chunk in the batch
     return e
 
 
@@ -183,7 +186,8 @@ def max_batch_time_s(fm: Formulation) -> float:
     k = linear_coefficients(fm.cost)
     lim = fm.limits
     return (max(a + b * lim.C for a, b in k.nonattn_lines) + k.decode_bias_s + k.decode_kv_s * lim.M
-            + k.prefill_bias_s + k.prefill_attn_s * lim.C * lim.M + getattr(k, "prefill_token_s", 0.0) * lim.P)
+            + k.prefill_bias_s + k.prefill_attn_s * lim.C * lim.M + getattr(k, "prefill_token_s", 0.0) * lim.P
+            + getattr(k, "request_s", 0.0) * fm.num_requests)
 
 
 def add_timeline(fm: Formulation, times: list[LinExpr], exact: bool, upper_s: float) -> None:

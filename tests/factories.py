@@ -1,12 +1,29 @@
 """Factories shared by the tests (imported as `from factories import ...`)."""
 from __future__ import annotations
 
+import os
+
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload
 from infermax.schedulers import available
 
 ALL_SCHEDULERS = available()
+
+
+def use_triton_interpreter_without_cuda() -> bool:
+    """Without a CUDA device, run Triton kernels in its CPU interpreter (set before the first ``import triton``).
+
+    Returns whether a CUDA device is present."""
+    try:
+        import torch
+    except ImportError:
+        cuda = False
+    else:
+        cuda = torch.cuda.is_available()
+    if not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return cuda
 
 
 def make_workload(lengths, arrivals=None, name="test") -> Workload:

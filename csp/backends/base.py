@@ -6,6 +6,7 @@ Solvers are imported inside those functions, never at module import.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +50,43 @@ class SolveResult:
 def hint_vector(model, hint: dict[int, float] | None) -> dict[int, float]:
     """The hint to pass on: ``hint`` if given, else the model's own."""
     return dict(model.hint) if hint is None else dict(hint)
+
+
+def objective_scale(model) -> float:
+    """A power of ten that brings the largest objective coefficient near 1-10.
+
+    Costs in seconds span 1e-9 (prefill attention per token²) to 1e-2 (a batch);
+    MIP solvers treat tiny costs as noise, so the objective is solved in scaled units.
+    """
+    big = max((abs(c) for c in model.objective.terms.values()), default=1.0) or 1.0
+    return 10.0 ** (-math.floor(math.log10(big)))
+
+
+@dataclass(frozen=True)
+class MipInput:
+    """What a MIP backend solves: the translated model (hint merged), its facts and objective scale."""
+
+    milp: Any
+    facts: dict[str, Any]
+    scale: float
+    num_original: int
+
+
+def prepare_mip(model, hint: dict[int, float] | None, indicators: str, products: str, big_m: str) -> MipInput:
+    """The common first step of the MIP backends: translate (:func:`~..linearize.to_milp`), merge the hint."""
+    from ..linearize import to_milp
+
+    hints = hint_vector(model, hint)
+    milp, facts = to_milp(model, indicators=indicators, products=products, big_m=big_m)
+    if hint is not None:
+        milp.hint = {**milp.hint, **hints}
+    return MipInput(milp, facts, objective_scale(milp), model.num_vars)
+
+
+def original_values(mip: MipInput, raw) -> np.ndarray:
+    """The solver's values of the original model's variables, integers rounded."""
+    values = np.asarray(raw, dtype=np.float64)[:mip.num_original]
+    return np.where(np.array(mip.milp.integer[:mip.num_original]), np.round(values), values)
 
 
 def run_isolated(fn, payload: dict, timeout_s: float):

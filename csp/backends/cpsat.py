@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from fractions import Fraction
 
 import numpy as np
 
@@ -38,18 +39,32 @@ def _power_of_two_below(x: float) -> float:
     return 2.0 ** math.floor(math.log2(x)) if x >= 1.0 else 1.0
 
 
+def _common_denominator(coefs: np.ndarray, limit: int = 10 ** 6) -> int | None:
+    """The least d <= limit making every coefficient integral (to 1e-9), or None."""
+    d = 1
+    for c in coefs:
+        frac = Fraction(float(c)).limit_denominator(limit)
+        if abs(float(frac) - c) > 1e-9 * max(1.0, abs(c)):
+            return None
+        d = d * frac.denominator // math.gcd(d, frac.denominator)
+        if d > limit:
+            return None
+    return d
+
+
 def _scaled_row(row, coefs: np.ndarray, ranges: np.ndarray, continuous: bool, step: float):
     """Integer coefficients and bounds for one row; see the module docstring.
 
-    Rows over integer variables with integral coefficients stay as they are.
-    Otherwise the row is multiplied by K/step (K a power of two keeping the
+    Rows over integer variables whose coefficients are rationals with a small
+    common denominator d are multiplied by d, exactly (rounding a tight row such
+    as Σ (1/3)·x <= y could make it infeasible). Otherwise the row is multiplied by K/step (K a power of two keeping the
     activity below 2^61), so a continuous variable's coefficient a·step becomes
     a·K, exactly. An equality over a continuous variable becomes the band
     [b, b + K - 1]: the variable takes the grid point at (or next to) the exact value.
     """
-    integral = np.all(np.abs(coefs - np.round(coefs)) <= 1e-9 * np.maximum(1.0, np.abs(coefs)))
-    if integral and not continuous:
-        s, band = 1.0, 0
+    denominator = None if continuous else _common_denominator(coefs)
+    if denominator is not None:
+        s, band = float(denominator), 0          # exact: rational coefficients with a small denominator
     else:
         activity = float(np.sum(np.abs(coefs) * ranges)) / step or 1.0
         K = _power_of_two_below(2.0 ** 61 / activity)

@@ -11,12 +11,8 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
-
-from ..linearize import to_milp
 from ..model import Model
-from .base import BackendUnavailable, ModelTooLarge, SolveResult, hint_vector
-from .highs import objective_scale
+from .base import BackendUnavailable, ModelTooLarge, SolveResult, original_values, prepare_mip
 
 NAME = "gurobi"
 PIP = "pip install gurobipy"
@@ -48,12 +44,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     from gurobipy import GRB
 
     t0 = time.perf_counter()
-    hints = hint_vector(model, hint)
-    num_original = model.num_vars
-    model, _ = to_milp(model, indicators="native", products=products, big_m=big_m)
-    if hint is not None:
-        model.hint = {**model.hint, **hints}
-    hints = model.hint
+    mip = prepare_mip(model, hint, "native", products, big_m)
+    model, scale, hints = mip.milp, mip.scale, mip.milp.hint
     try:
         env = gp.Env(params={"OutputFlag": int(bool(log))})
         g = gp.Model(model.name, env=env)
@@ -84,7 +76,6 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
                 g.addGenConstrAnd(lit, lits)
             for sense, rhs in sides:
                 g.addGenConstrIndicator(lit, bool(on), expr, sense, rhs)
-        scale = objective_scale(model)
         g.setObjective(gp.LinExpr([scale * c for c in model.objective.terms.values()],
                                   [xs[k] for k in model.objective.terms]) + scale * model.objective.constant,
                        GRB.MINIMIZE)
@@ -111,6 +102,4 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     info = {"gurobi_status": int(st), "nodes": float(g.NodeCount)}
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, info)
-    values = np.array([x.X for x in xs[:num_original]])
-    values = np.where(np.array(model.integer[:num_original]), np.round(values), values)
-    return SolveResult(status, values, g.ObjVal / scale, bound, wall, NAME, info)
+    return SolveResult(status, original_values(mip, [x.X for x in xs[:mip.num_original]]), g.ObjVal / scale, bound, wall, NAME, info)

@@ -7,14 +7,12 @@ if it overruns its time limit by more than two minutes.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
 
-from ..linearize import to_milp
 from ..model import Model
-from .base import BackendUnavailable, SolveResult, hint_vector, run_isolated
+from .base import BackendUnavailable, SolveResult, original_values, prepare_mip, run_isolated
 
 NAME = "highs"
 PIP = "pip install highspy"
@@ -25,16 +23,6 @@ def is_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("highspy") is not None
-
-
-def objective_scale(model: Model) -> float:
-    """A power of ten that brings the largest objective coefficient near 1-10.
-
-    Costs in seconds span 1e-9 (prefill attention per token²) to 1e-2 (a batch);
-    MIP solvers treat tiny costs as noise, so the objective is solved in scaled units.
-    """
-    big = max((abs(c) for c in model.objective.terms.values()), default=1.0) or 1.0
-    return 10.0 ** (-math.floor(math.log10(big)))
 
 
 def lp_arrays(model: Model, obj_scale: float = 1.0) -> dict:
@@ -97,11 +85,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     if not is_available():
         raise BackendUnavailable(NAME, PIP)
     t0 = time.perf_counter()
-    hints = hint_vector(model, hint)
-    milp, facts = to_milp(model, indicators="big-m", products=products, big_m=big_m)
-    if hint is not None:
-        milp.hint = {**milp.hint, **hints}
-    scale = objective_scale(milp)
+    mip = prepare_mip(model, hint, "big-m", products, big_m)
+    milp, facts, scale = mip.milp, mip.facts, mip.scale
     options = {"output_flag": bool(log), "time_limit": float(time_limit_s), "mip_rel_gap": float(rel_gap),
                "random_seed": 0}
     if threads:
@@ -122,6 +107,4 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     status = out["status"]
     if out["values"] is None:
         return SolveResult(status if status != "optimal" else "unknown", None, None, bound, wall, NAME, facts)
-    values = out["values"][:model.num_vars]
-    values = np.where(np.array(model.integer), np.round(values), values)
-    return SolveResult(status, values, out["objective"] / scale, bound, wall, NAME, facts)
+    return SolveResult(status, original_values(mip, out["values"]), out["objective"] / scale, bound, wall, NAME, facts)

@@ -10,12 +10,8 @@ import datetime
 import math
 import time
 
-import numpy as np
-
-from ..linearize import to_milp
 from ..model import Model
-from .base import BackendUnavailable, SolveResult, hint_vector
-from .highs import objective_scale
+from .base import BackendUnavailable, SolveResult, original_values, prepare_mip
 
 NAME = "scip"
 PIP = "pip install ortools"
@@ -36,10 +32,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     from ortools.math_opt.python import mathopt
 
     t0 = time.perf_counter()
-    hints = hint_vector(model, hint)
-    milp, facts = to_milp(model, indicators="native", products=products, big_m=big_m)
-    if hint is not None:
-        milp.hint = {**milp.hint, **hints}
+    mip = prepare_mip(model, hint, "native", products, big_m)
+    milp, facts, scale = mip.milp, mip.facts, mip.scale
     mo = mathopt.Model(name=milp.name)
     xs = [mo.add_variable(lb=milp.lb[k], ub=milp.ub[k], is_integer=milp.integer[k], name=f"x{k}")
           for k in range(milp.num_vars)]
@@ -64,7 +58,6 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         for side in (dict(implied_lb=lb), dict(implied_ub=ub)):
             if math.isfinite(next(iter(side.values()))):
                 mo.add_indicator_constraint(indicator=ind, activate_on_zero=on_zero, implied_expr=expr, **side)
-    scale = objective_scale(milp)
     mo.minimize(sum(scale * c * xs[k] for k, c in milp.objective.terms.items()) + scale * milp.objective.constant)
     params = mathopt.SolveParameters(time_limit=datetime.timedelta(seconds=float(time_limit_s)),
                                      relative_gap_tolerance=float(rel_gap), enable_output=bool(log), random_seed=0)
@@ -85,6 +78,4 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, facts)
     sol = result.variable_values()
-    values = np.array([sol[xs[k]] for k in range(model.num_vars)])
-    values = np.where(np.array(model.integer), np.round(values), values)
-    return SolveResult(status, values, result.objective_value() / scale, bound, wall, NAME, facts)
+    return SolveResult(status, original_values(mip, [sol[xs[k]] for k in range(model.num_vars)]), result.objective_value() / scale, bound, wall, NAME, facts)

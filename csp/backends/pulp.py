@@ -9,12 +9,8 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
-
-from ..linearize import to_milp
 from ..model import Model
-from .base import BackendUnavailable, SolveResult, hint_vector
-from .highs import objective_scale
+from .base import BackendUnavailable, SolveResult, original_values, prepare_mip
 
 NAME = "cbc"
 PIP = "pip install pulp"
@@ -38,14 +34,11 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     import pulp
 
     t0 = time.perf_counter()
-    hints = hint_vector(model, hint)
-    milp, facts = to_milp(model, indicators="big-m", products=products, big_m=big_m)
-    if hint is not None:
-        milp.hint = {**milp.hint, **hints}
+    mip = prepare_mip(model, hint, "big-m", products, big_m)
+    milp, facts, scale = mip.milp, mip.facts, mip.scale
     prob = pulp.LpProblem(milp.name.replace("-", "_"), pulp.LpMinimize)
     xs = [pulp.LpVariable(f"x{k}", lowBound=milp.lb[k], upBound=milp.ub[k],
                           cat=pulp.LpInteger if milp.integer[k] else pulp.LpContinuous) for k in range(milp.num_vars)]
-    scale = objective_scale(milp)
     prob += pulp.lpSum(scale * c * xs[k] for k, c in milp.objective.terms.items()) + scale * milp.objective.constant
     for r, row in enumerate(milp.rows):
         expr = pulp.lpSum(float(c) * xs[k] for k, c in zip(row.vars, row.coefs))
@@ -68,8 +61,7 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         return SolveResult("infeasible", None, None, None, wall, NAME, facts)
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return SolveResult("unknown", None, None, None, wall, NAME, facts)
-    values = np.array([x.value() if x.value() is not None else 0.0 for x in xs[:model.num_vars]])
-    values = np.where(np.array(model.integer), np.round(values), values)
+    values = original_values(mip, [x.value() if x.value() is not None else 0.0 for x in xs[:model.num_vars]])
     obj = pulp.value(prob.objective) / scale
     if sol == pulp.LpSolutionOptimal:
         return SolveResult("optimal", values, obj, obj, wall, NAME, facts)

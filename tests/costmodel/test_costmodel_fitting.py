@@ -34,7 +34,7 @@ def _synthetic(k: LinearCoefficients, rng: np.random.Generator) -> OperatorData:
 def test_fit_reproduces_synthetic_linear_ground_truth(floor, kink, steep, d_bias, d_kv, p_bias, p_attn):
     """A floor, then a line meeting it at ``kink`` tokens (inside the profiled range)."""
     b = steep * floor / kink
-    a = floor - b * kink
+    a = max(0.0, floor - b * kink)          # >= 0 for steep <= 1; rounding can leave -1e-16
     truth = LinearCoefficients(nonattn_lines=((floor, 0.0), (a, b)), decode_bias_s=d_bias, decode_kv_s=d_kv,
                                prefill_bias_s=p_bias, prefill_attn_s=p_attn)
     data = _synthetic(truth, np.random.default_rng(0))

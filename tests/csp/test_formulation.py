@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, Strengthening
 from infermax.csp.aggregate import assign_aggregate, build_aggregate
-from infermax.csp.api import METRIC_OF, build
+from infermax.csp.api import build
+from infermax.csp.result import METRIC_OF
 from infermax.csp.formulation import check_instance
 from infermax.csp.objectives import MONOTONE, nonattention_segments
 from infermax.csp.trajectory import canonical_labels, merge_chunks, respects_policy, strip_wasted_work

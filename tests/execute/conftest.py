@@ -4,21 +4,11 @@ Without a CUDA device the Triton kernels run in the interpreter: TRITON_INTERPRE
 must be set before the first ``import triton``, so it is set here at import time
 (it changes nothing for the executor's default ``sdpa`` backend).
 """
-import os
 
 import pytest
+from factories import use_triton_interpreter_without_cuda
 
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-if not _cuda_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+HAS_CUDA = use_triton_interpreter_without_cuda()
 
 
 @pytest.fixture(scope="session")

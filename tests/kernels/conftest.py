@@ -4,22 +4,12 @@ Without a CUDA device the Triton kernels run in the interpreter: TRITON_INTERPRE
 must be set before the first ``import triton``, so it is set here at import time.
 """
 
-import os
 from types import SimpleNamespace
 
 import pytest
+from factories import use_triton_interpreter_without_cuda
 
-
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-if not _cuda_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+HAS_CUDA = use_triton_interpreter_without_cuda()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,7 +30,7 @@ def _one_torch_thread():
 @pytest.fixture(scope="session")
 def device():
     """Where the kernel tests put their tensors: CUDA if present, else CPU (interpreter)."""
-    return "cuda" if _cuda_available() else "cpu"
+    return "cuda" if HAS_CUDA else "cpu"
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,168 @@
+"""The least number of batches any schedule needs, by breadth-first search over class states.
+
+Relax the problem to what fixes the batch count: every request i is a chain of
+O_i *items*, item t holding I_i + t KV in the batch that generates token t + 1;
+a batch holds items of distinct requests, at most one per request, of total KV
+<= M (and at most R_max items); a request's items go to strictly later
+batches in order. Every schedule induces such a packing with its own batch
+count: idle requests only add KV, an evicted request's refill holds exactly the
+item's KV, and — when M <= C and M <= P — a chunked (re)fill can be merged into
+the batch that completes it without breaking a limit (the argument of
+:mod:`.aggregate`). Arrivals, policies and costs only remove packings. So the
+least batch count of the relaxation is a valid lower bound on the batch count
+of every schedule, and it is exact when eviction is allowed and M <= C, P.
+
+Requests of one class (same I, O) are interchangeable, so a state is, per
+class, the sorted tuple of next levels. Layer k holds the states reachable in k
+batches, pruned by dominance (a state whose requests are all at least as far
+along needs no more batches: it can copy the other state's remaining schedule
+item for item) and by the remaining-work bound ``k + rest(s) > upper``. The
+search is anytime: stopped early, ``min_s k + rest(s)`` over the last layer is
+still a valid bound.
+
+    >>> from infermax import Limits, Workload
+    >>> min_batch_count(Workload.from_lengths([16] * 7, [16] * 7), Limits(M=128, C=4096)).num_batches
+    23
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+import numpy as np
+
+from infermax.types import Limits, Workload
+
+from .formulation import num_identical_classes
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchCount:
+    """num_batches: a lower bound on the batch count; is_exact: the least count of the relaxation
+    (search finished); layers/states_max/wall_s: effort."""
+
+    num_batches: int
+    is_exact: bool
+    layers: int
+    states_max: int
+    wall_s: float
+
+
+def is_applicable(limits: Limits) -> bool:
+    """Merging chunks keeps every limit only when a batch's KV bound M also bounds its tokens."""
+    return limits.M <= limits.C and limits.M <= limits.P
+
+
+def min_batch_count(workload: Workload, limits: Limits, upper: int | None = None,
+                    time_budget_s: float = 10.0, max_states: int = 200_000) -> BatchCount:
+    """Least batch count of the chain-packing relaxation (see module docstring), within a budget.
+
+    upper: a known feasible batch count (e.g. a heuristic schedule's length), used to prune.
+    Stops when a layer holds the finished state (exact), when the time budget or ``max_states``
+    is exceeded (the anytime bound), or when every state is pruned (then ``upper + 1`` is a bound).
+    """
+    if not is_applicable(limits):
+        raise ValueError(f"min_batch_count needs M <= C and M <= P (chunk merging), got M={limits.M}, "
+                         f"C={limits.C}, P={limits.P}")
+    t0 = time.perf_counter()
+    classes = [(int(workload.input_lens[c[0]]), int(workload.output_lens[c[0]]), len(c))
+               for c in _merge_classes(workload)]
+    for I, O, _ in classes:
+        if I + O - 1 > limits.M:
+            raise ValueError(f"a request with input_len={I}, output_len={O} needs {I + O - 1} KV > M={limits.M}")
+    R_max = limits.R_max or sum(n for _, _, n in classes)
+    rest = _RemainingBound(classes, limits.M, R_max)
+    start = tuple((0,) * n for _, _, n in classes)
+    goal = tuple((O,) * n for _, O, n in classes)
+    layer, k, states_max = [start], 0, 1
+    upper = upper if upper is not None else 10 ** 9
+    while True:
+        if goal in layer:
+            return BatchCount(num_batches=k, is_exact=True, layers=k, states_max=states_max,
+                              wall_s=time.perf_counter() - t0)
+        bound = min(k + rest(s) for s in layer)
+        if time.perf_counter() - t0 > time_budget_s or len(layer) > max_states:
+            return BatchCount(num_batches=bound, is_exact=False, layers=k, states_max=states_max,
+                              wall_s=time.perf_counter() - t0)
+        nxt: set = set()
+        for s in layer:
+            nxt.update(_successors(s, classes, limits.M, R_max))
+        k += 1
+        nxt = {s for s in nxt if k + rest(s) <= upper}
+        if not nxt:                       # no packing has <= ``upper`` batches
+            return BatchCount(num_batches=upper + 1, is_exact=False, layers=k, states_max=states_max,
+                              wall_s=time.perf_counter() - t0)
+        layer = _pareto(nxt, len(classes))
+        states_max = max(states_max, len(nxt))
+
+
+def _merge_classes(workload: Workload) -> list[list[int]]:
+    """Classes by (I, O) only: arrivals are dropped by the relaxation."""
+    keys: dict[tuple[int, int], list[int]] = {}
+    for cls in num_identical_classes(workload):
+        r = workload.requests[cls[0]]
+        keys.setdefault((r.input_len, r.output_len), []).extend(cls)
+    return list(keys.values())
+
+
+class _RemainingBound:
+    """Batches still needed from a state: the longest remaining chain, ⌈remaining KV / M⌉, items / R_max."""
+
+    def __init__(self, classes, M: int, R_max: int):
+        self.M, self.R_max = M, R_max
+        # suffix KV of a chain at level t: Σ_{u >= t} (I + u)
+        self.suffix = [np.concatenate([np.cumsum([I + u for u in range(O)][::-1])[::-1], [0]])
+                       for I, O, _ in classes]
+        self.O = [O for _, O, _ in classes]
+
+    def __call__(self, state) -> int:
+        longest = max((O - lv[-1] for O, lv in zip(self.O, state) if lv), default=0)
+        kv = sum(int(sum(suf[t] for t in lv)) for suf, lv in zip(self.suffix, state))
+        items = sum(O * len(lv) - sum(lv) for O, lv in zip(self.O, state))
+        return max(longest, math.ceil(kv / self.M), math.ceil(items / self.R_max))
+
+
+def _successors(state, classes, M: int, R_max: int):
+    """Every state one batch later: per (class, level) group, how many of its requests move."""
+    groups = []                                   # (class index, level, count, KV per item)
+    for c, ((I, O, _), lv) in enumerate(zip(classes, state)):
+        for t in sorted(set(lv)):
+            if t < O:
+                groups.append((c, t, lv.count(t), I + t))
+    out = set()
+    moves = [0] * len(groups)
+
+    def emit() -> None:
+        levels = [list(lv) for lv in state]
+        for k, (c, t, _, _) in zip(moves, groups):
+            for _ in range(k):            # move k of the requests at level t up by one
+                levels[c][levels[c].index(t)] = t + 1
+        out.add(tuple(tuple(sorted(lv)) for lv in levels))
+
+    def choose(g: int, kv_left: int, items_left: int) -> None:
+        if g == len(groups):
+            if any(moves):
+                emit()
+            return
+        _, _, n, w = groups[g]
+        for k in range(min(n, kv_left // w, items_left) + 1):
+            moves[g] = k
+            choose(g + 1, kv_left - k * w, items_left - k)
+        moves[g] = 0
+
+    choose(0, M, R_max)
+    return out
+
+
+def _pareto(states: set, num_classes: int) -> list:
+    """States not dominated by another (every class's sorted levels >= elementwise)."""
+    ordered = sorted(states, key=lambda s: -sum(map(sum, s)))
+    flat = np.array([np.concatenate([np.asarray(lv, dtype=np.int16) for lv in s]) for s in ordered])
+    kept = np.empty_like(flat)
+    keep: list[int] = []
+    for i, row in enumerate(flat):
+        if keep and (kept[:len(keep)] >= row).all(axis=1).any():
+            continue
+        kept[len(keep)] = row
+        keep.append(i)
+    return [ordered[i] for i in keep]

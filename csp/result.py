@@ -1,0 +1,170 @@
+"""OptimalResult, and how a backend's answer becomes one: extract, replay, compare, bound, gap.
+
+Every schedule in a result has been replayed by ``infermax.replay``; its
+objective is the replayed value. ``solver_objective`` is the model's price of
+the same schedule (its canonical assignment, so no slack of a time-limited
+incumbent is left in it); the two agree to 1e-6 unless the model is a
+relaxation (``info["relaxation"]``), and ``info["replay_rel_diff"]`` records
+by how much they differ.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from infermax.metrics import metrics as compute_metrics
+from infermax.replay import replay
+from infermax.types import Schedule
+
+from .backends import SolveResult
+from .formulation import Formulation
+from .warmstart import WarmStart
+
+log = logging.getLogger(__name__)
+
+METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
+             "throughput": "tps"}
+REPLAY_RTOL = 1e-6
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimalResult:
+    """A solve: the replayed schedule, its objective, the solver's bound and the gap between them.
+
+    status: "optimal" (gap <= rel_gap and the horizon provably holds an optimum),
+    "feasible", "infeasible" (no schedule within the horizon / better-than
+    target) or "unknown" (nothing found in time). ``objective`` is in the
+    objective's unit (seconds; tokens/s for throughput).
+    """
+
+    schedule: Schedule | None
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    status: str
+    backend: str
+    wall_s: float
+    objective_name: str = "latency"
+    solver_objective: float | None = None
+    horizon: int = 0
+    horizon_proven: bool = False
+    warm_start: dict[str, Any] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_optimal(self) -> bool:
+        return self.status == "optimal"
+
+    def summary(self) -> dict[str, Any]:
+        return {"objective_name": self.objective_name, "status": self.status, "objective": self.objective,
+                "bound": self.bound, "gap": self.gap, "backend": self.backend, "wall_s": self.wall_s,
+                "horizon": self.horizon, "horizon_proven": self.horizon_proven,
+                "num_batches": len(self.schedule) if self.schedule is not None else None,
+                "num_evictions": self.metrics.get("num_evictions"), "warm_start": self.warm_start}
+
+
+def objective_value(metrics: dict[str, Any], objective: str) -> float:
+    return float(metrics[METRIC_OF[objective]])
+
+
+def conservative_bound(fm: Formulation, res: SolveResult) -> float | None:
+    """The solver's bound made safe against the integer backend's grid.
+
+    On CP-SAT, each batch end sits on the grid at or after its exact value (one
+    ``continuous_step_s`` at most) and objective coefficients carry a relative
+    rounding error; the bound is lowered by both so that it stays a valid lower
+    bound on the replayed objective.
+    """
+    if res.bound is None:
+        return None
+    bound = res.bound
+    if getattr(fm.v, "end", None) and res.backend == "cpsat":
+        bound -= fm.horizon * fm.model.continuous_step_s
+    rounding = float(res.info.get("objective_rounding_rel", 0.0))
+    return bound - abs(bound) * 2 * rounding
+
+
+def meets(ws: WarmStart, objective: str, target: float) -> bool:
+    """Whether the warm start already reaches a better-than target (in the model's minimised units)."""
+    value = ws.latency_s if objective == "throughput" else ws.value
+    return value <= target
+
+
+def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objective: str, J: int, proven: bool, hinted: bool,
+            rel_gap: float, t0: float, target: float | None, extract: Callable[[np.ndarray, dict], Schedule],
+            method: str, reassign: Callable[[Schedule], np.ndarray]) -> OptimalResult:
+    workload, limits, cost = fm.workload, fm.limits, fm.cost
+    info: dict[str, Any] = {"method": method, "model": fm.model.stats(), "solver_status": res.status,
+                            "solver_wall_s": res.wall_s,
+                            "hinted": hinted, "batch_count_lb": fm.info.get("batch_count_lb"),
+                            "target": target, **res.info}
+    warm = {"scheduler": ws.name, "objective": ws.value} if ws is not None else None
+    schedule, value, metrics, source = None, None, {}, None
+    if res.has_solution:
+        meta = {"solver": res.backend, "objective": objective, "policy": fm.policy.to_dict(), "horizon": J,
+                "limits": limits.to_dict(), "cost": cost.describe()}
+        schedule = extract(res.values, {**meta, "method": method})
+        source = "solver"
+    elif ws is not None and (target is None or meets(ws, objective, target)):
+        schedule, source = ws.schedule, "warm-start"
+    if schedule is not None:
+        metrics = compute_metrics(replay(schedule, workload, limits, cost))
+        value = objective_value(metrics, objective)
+    info["solution_from"] = source
+    info["solver_raw_objective"] = res.objective
+    # the model's price of the returned schedule: its canonical assignment (no slack left in epigraph
+    # variables of a time-limited incumbent) evaluated by the objective row
+    solver_obj = fm.model.objective_value(reassign(schedule)) if source == "solver" else res.objective
+    bound = conservative_bound(fm, res)
+    if objective == "throughput":
+        tokens = float(workload.output_lens.sum())
+        solver_obj = tokens / solver_obj if solver_obj else None
+        bound = tokens / bound if bound and bound > 0 else None
+    if source == "solver" and solver_obj is not None:
+        diff = abs(value - solver_obj) / max(abs(value), 1e-300)
+        info["replay_rel_diff"] = diff
+        if diff > REPLAY_RTOL and method == "per-request":
+            log.warning("replayed %s %.9g differs from the model's %.9g (rel %.2e)", objective, value,
+                        solver_obj, diff)
+    gap = None
+    if value is not None and bound is not None:
+        gap = max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+    status = res.status
+    if status == "optimal" and not (proven and gap is not None and gap <= rel_gap * (1 + 1e-9)):
+        status = "feasible"
+        info["optimal_within_horizon"] = not proven
+    if status in ("unknown",) and schedule is not None:
+        status = "feasible"
+    if status == "infeasible" and not proven:
+        info["infeasible_within_horizon"] = True
+    return OptimalResult(schedule=schedule, objective=value, bound=bound, gap=gap, status=status,
+                         backend=res.backend, wall_s=time.perf_counter() - t0, objective_name=objective,
+                         solver_objective=solver_obj, horizon=J, horizon_proven=proven, warm_start=warm,
+                         metrics=metrics, info=info)
+
+
+def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:
+    """The better schedule of two solves of the same problem, with the better of their bounds."""
+    best = second if (second.objective is not None and (first.objective is None
+                                                       or second.objective < first.objective)) else first
+    bounds = [b for b in (first.bound, second.bound) if b is not None]
+    bound = max(bounds) if bounds else None
+    gap = max(0.0, (best.objective - bound) / abs(best.objective)) if best.objective and bound is not None else None
+    status = "optimal" if gap is not None and gap <= rel_gap * (1 + 1e-9) and best.horizon_proven else \
+        best.status if best.status != "optimal" else "feasible"
+    info = {**best.info, "methods": {first.info["method"]: first.summary(), second.info["method"]: second.summary()}}
+    return dataclasses.replace(best, bound=bound, gap=gap, status=status, wall_s=time.perf_counter() - t0,
+                               warm_start=first.warm_start, info=info)
+
+
+def no_schedule(objective: str, backend: str, J: int, t0: float, ws: WarmStart | None, why: str) -> OptimalResult:
+    return OptimalResult(schedule=None, objective=None, bound=None, gap=None, status="infeasible", backend=backend,
+                         wall_s=time.perf_counter() - t0, objective_name=objective, horizon=J, horizon_proven=True,
+                         warm_start={"scheduler": ws.name, "objective": ws.value} if ws else None,
+                         info={"reason": why, "solution_from": None})
