@@ -181,7 +181,7 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
     res = be.solve(model, time_limit_s, threads=threads, rel_gap=rel_gap, log=log_solver,
                    **_backend_kwargs(be, strengthening, solver_params))
     return make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, target,
-                   lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
+                       lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
 
 
 def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
@@ -220,8 +220,8 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
     res = be.solve(fm.model, time_limit_s, threads=threads, rel_gap=rel_gap / 10 if relax else rel_gap,
                    log=log_solver, **_backend_kwargs(be, strengthening, solver_params))
     r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, None,
-                lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
-                lambda sch: aggregate.assign_aggregate(fm, sch))
+                    lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
+                    lambda sch: aggregate.assign_aggregate(fm, sch))
     if relax:
         r.info["relaxation"] = "each (re)fill priced at its least prefill work (L^2+L)/2: bound valid, " \
                                "objective replayed"

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
+
 import numpy as np
 
 from infermax.types import Limits, Workload
-
-from .formulation import num_identical_classes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,8 +65,9 @@ def min_batch_count(workload: Workload, limits: Limits, upper: int | None = None
         raise ValueError(f"min_batch_count needs M <= C and M <= P (chunk merging), got M={limits.M}, "
                          f"C={limits.C}, P={limits.P}")
     t0 = time.perf_counter()
-    classes = [(int(workload.input_lens[c[0]]), int(workload.output_lens[c[0]]), len(c))
-               for c in _merge_classes(workload)]
+    # classes by (I, O) only: the relaxation drops arrivals
+    sizes = Counter(zip(workload.input_lens.tolist(), workload.output_lens.tolist()))
+    classes = [(I, O, n) for (I, O), n in sizes.items()]
     for I, O, _ in classes:
         if I + O - 1 > limits.M:
             raise ValueError(f"a request with input_len={I}, output_len={O} needs {I + O - 1} KV > M={limits.M}")
@@ -96,29 +97,19 @@ def min_batch_count(workload: Workload, limits: Limits, upper: int | None = None
         states_max = max(states_max, len(nxt))
 
 
-def _merge_classes(workload: Workload) -> list[list[int]]:
-    """Classes by (I, O) only: arrivals are dropped by the relaxation."""
-    keys: dict[tuple[int, int], list[int]] = {}
-    for cls in num_identical_classes(workload):
-        r = workload.requests[cls[0]]
-        keys.setdefault((r.input_len, r.output_len), []).extend(cls)
-    return list(keys.values())
-
-
 class _RemainingBound:
     """Batches still needed from a state: the longest remaining chain, ⌈remaining KV / M⌉, items / R_max."""
 
     def __init__(self, classes, M: int, R_max: int):
-        self.M, self.R_max = M, R_max
-        # suffix KV of a chain at level t: Σ_{u >= t} (I + u)
-        self.suffix = [np.concatenate([np.cumsum([I + u for u in range(O)][::-1])[::-1], [0]])
-                       for I, O, _ in classes]
-        self.O = [O for _, O, _ in classes]
+        self.classes, self.M, self.R_max = classes, M, R_max
 
     def __call__(self, state) -> int:
-        longest = max((O - lv[-1] for O, lv in zip(self.O, state) if lv), default=0)
-        kv = sum(int(sum(suf[t] for t in lv)) for suf, lv in zip(self.suffix, state))
-        items = sum(O * len(lv) - sum(lv) for O, lv in zip(self.O, state))
+        longest = kv = items = 0
+        for (I, O, _), levels in zip(self.classes, state):
+            for t in levels:              # a chain at level t still holds Σ_{u=t}^{O-1} (I + u) KV-batches
+                longest = max(longest, O - t)
+                kv += (O - t) * I + (O - 1 + t) * (O - t) // 2
+                items += O - t
         return max(longest, math.ceil(kv / self.M), math.ceil(items / self.R_max))
 
 

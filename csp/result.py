@@ -96,9 +96,10 @@ def meets(ws: WarmStart, objective: str, target: float) -> bool:
     return value <= target
 
 
-def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objective: str, J: int, proven: bool, hinted: bool,
-            rel_gap: float, t0: float, target: float | None, extract: Callable[[np.ndarray, dict], Schedule],
-            method: str, reassign: Callable[[Schedule], np.ndarray]) -> OptimalResult:
+def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objective: str, J: int, proven: bool,
+                hinted: bool, rel_gap: float, t0: float, target: float | None,
+                extract: Callable[[np.ndarray, dict], Schedule], method: str,
+                reassign: Callable[[Schedule], np.ndarray]) -> OptimalResult:
     workload, limits, cost = fm.workload, fm.limits, fm.cost
     info: dict[str, Any] = {"method": method, "model": fm.model.stats(), "solver_status": res.status,
                             "solver_wall_s": res.wall_s,

@@ -57,8 +57,8 @@ def _scaled_row(row, coefs: np.ndarray, ranges: np.ndarray, continuous: bool, st
 
     Rows over integer variables whose coefficients are rationals with a small
     common denominator d are multiplied by d, exactly (rounding a tight row such
-    as Σ (1/3)·x <= y could make it infeasible). Otherwise the row is multiplied by K/step (K a power of two keeping the
-    activity below 2^61), so a continuous variable's coefficient a·step becomes
+    as Σ (1/3)·x <= y could make it infeasible). Otherwise the row is multiplied
+    by K/step (K a power of two keeping the activity below 2^61), so a continuous variable's coefficient a·step becomes
     a·K, exactly. An equality over a continuous variable becomes the band
     [b, b + K - 1]: the variable takes the grid point at (or next to) the exact value.
     """

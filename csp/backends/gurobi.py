@@ -102,4 +102,5 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     info = {"gurobi_status": int(st), "nodes": float(g.NodeCount)}
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, info)
-    return SolveResult(status, original_values(mip, [x.X for x in xs[:mip.num_original]]), g.ObjVal / scale, bound, wall, NAME, info)
+    values = original_values(mip, [x.X for x in xs[:mip.num_original]])
+    return SolveResult(status, values, g.ObjVal / scale, bound, wall, NAME, info)

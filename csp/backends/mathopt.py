@@ -78,4 +78,5 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, facts)
     sol = result.variable_values()
-    return SolveResult(status, original_values(mip, [sol[xs[k]] for k in range(model.num_vars)]), result.objective_value() / scale, bound, wall, NAME, facts)
+    values = original_values(mip, [sol[xs[k]] for k in range(model.num_vars)])
+    return SolveResult(status, values, result.objective_value() / scale, bound, wall, NAME, facts)
