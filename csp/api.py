@@ -18,16 +18,18 @@ from typing import Any
 
 from infermax.costmodel import CostModel
 from infermax.engine import resolve_inputs
+from infermax.metrics import metrics as compute_metrics
+from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import aggregate, backends, batchcount
+from . import aggregate, backends, batchcount, search
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
 from .linearize import to_milp
 from .objectives import MONOTONE, OBJECTIVES, add_objective, max_batch_time_s
 from .policy import Policy
-from .result import OptimalResult, combine, make_result, meets, no_schedule, objective_value
+from .result import OptimalResult, combine, make_result, meets, no_schedule, objective_value, search_result
 from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
                             add_valid_inequalities, batch_count_lower_bound)
 from .trajectory import merge_chunks
@@ -88,7 +90,7 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     return max(base + max(2, base // 10), 1), False
 
 
-METHODS = ("auto", "per-request", "aggregate")
+METHODS = ("auto", "per-request", "aggregate", "search")
 
 
 def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = None,
@@ -108,10 +110,12 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     from a sequential schedule). better_than: a value, or a scheduler name whose
     replayed value is used; the model then asks for a schedule at least ``by``
     (fraction) better. method: "per-request" (the §3.3 model), "aggregate" (class
-    flows, :mod:`.aggregate`) or "auto" (aggregate where it is exact or bounds the
-    problem, i.e. offline latency with interchangeable requests, then the
-    per-request model on whatever gap remains). Raises ValueError for an instance
-    no schedule can serve.
+    flows, :mod:`.aggregate`), "search" (exact A* over class states,
+    :mod:`.search`) or "auto": for offline latency, the search first (up to two thirds of
+    the time limit); if it does not finish, the aggregate model where it is exact
+    or bounds the problem (interchangeable requests), then the per-request model
+    on whatever gap remains, every bound found on the way kept. Raises ValueError
+    for an instance no schedule can serve.
     """
     t0 = time.perf_counter()
     workload, limits, cost = resolve_inputs(workload, limits, cost)
@@ -149,9 +153,25 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
         raise ValueError("method 'aggregate' needs the latency objective, an offline workload, no better-than "
                          "target, and either no chunked prefill or M <= C, M <= P and a linear non-attention "
                          "cost up to M tokens")
+    search_ok, why = search.is_applicable(workload, eff, cost, policy)
+    search_ok = search_ok and objective in ("latency", "throughput") and target is None and ws is not None
+    if method == "search" and not search_ok:
+        raise ValueError(f"method 'search' needs the latency objective, no better-than target and a warm start; "
+                         f"{why or 'not the case here'}")
+    found = None
+    if method == "search" or (method == "auto" and search_ok):
+        found = _solve_search(ws=ws, time_limit_s=time_limit_s if method == "search" else time_limit_s * 2 / 3,
+                              t0=t0, **common)
+        if method == "search" or found.status in ("optimal", "infeasible"):
+            return found
+        if found.schedule is not None and found.objective is not None:
+            ws = WarmStart(found.info["search"]["incumbent"], found.schedule, found.objective,
+                           found.metrics["latency_s"])
     has_class = len(aggregate.num_identical_classes(workload)) < len(workload)
+    left = time_limit_s - (time.perf_counter() - t0)
     if method == "aggregate" or (method == "auto" and agg_ok and has_class):
-        first = _solve_aggregate(ws=ws, time_limit_s=time_limit_s, t0=t0, **common)
+        first = _solve_aggregate(ws=ws, time_limit_s=left, t0=t0, **common)
+        first = combine(found, first, rel_gap, t0) if found is not None else first
         left = time_limit_s - (time.perf_counter() - t0)
         if method == "aggregate" or first.status in ("optimal", "infeasible") or left < 1.0:
             return first
@@ -159,7 +179,41 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
             if first.schedule is not None else ws
         second = _solve_per_request(ws=hint, time_limit_s=left, t0=t0, target=None, **common)
         return combine(first, second, rel_gap, t0)
-    return _solve_per_request(ws=ws, time_limit_s=time_limit_s, t0=t0, target=target, **common)
+    last = _solve_per_request(ws=ws, time_limit_s=left, t0=t0, target=target, **common)
+    return combine(found, last, rel_gap, t0) if found is not None else last
+
+
+def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
+                  solver_params, strengthening, ws, time_limit_s, t0) -> OptimalResult:
+    """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
+
+    Budget: up to an eighth of ``time_limit_s`` for the table of exact batches left, beams of width
+    8, 32 and 128 until five twelfths have passed (each better schedule lowers the A* cutoff and
+    is the incumbent if A* cannot finish), A* for the rest.
+    """
+    eff = policy.effective_limits(limits)
+    start = time.perf_counter()
+    sp_classes = [(I, O, len(idx)) for I, O, idx in search.classes_of(workload)]
+    rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max, time_budget_s=time_limit_s / 8)
+    min_batches, table_complete = rest.num_batches, rest.is_complete
+    if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
+        rest = None
+    best = ws
+    width = 8
+    while time.perf_counter() - start < time_limit_s * 5 / 12 and width <= 128:
+        beam = search.beam_search(workload, eff, cost, policy, width=width, rest=rest,
+                                  time_budget_s=time_limit_s * 5 / 12 - (time.perf_counter() - start))
+        if beam is not None:
+            latency = compute_metrics(replay(beam[0], workload, limits, cost))["latency_s"]
+            if latency < best.latency_s:
+                best = WarmStart(f"search-beam-{width}", beam[0], latency, latency)
+        width *= 4
+    left = max(0.0, time_limit_s - (time.perf_counter() - start))
+    found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
+                                rel_gap=rel_gap, min_batches=min_batches, rest=rest)
+    return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, t0,
+                         {"min_batches": min_batches, "batch_table_complete": table_complete,
+                          "incumbent": best.name})
 
 
 def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,

@@ -169,3 +169,41 @@ def no_schedule(objective: str, backend: str, J: int, t0: float, ws: WarmStart |
                          wall_s=time.perf_counter() - t0, objective_name=objective, horizon=J, horizon_proven=True,
                          warm_start={"scheduler": ws.name, "objective": ws.value} if ws else None,
                          info={"reason": why, "solution_from": None})
+
+
+def search_result(found, workload, limits, cost, objective: str, policy, ws: WarmStart, best: WarmStart,
+                  rel_gap: float, t0: float, extra: dict[str, Any]) -> OptimalResult:
+    """An OptimalResult from :func:`.search.exact_search` (its path, else ``best`` known), replayed.
+
+    The search's latency bound is lowered by a relative 1e-12 so that summation order cannot lift it
+    above the replayed value of the same schedule.
+    """
+    schedule, source = (found.schedule, "search") if found.schedule is not None else \
+        (best.schedule, "warm-start" if best is ws else best.name)
+    metrics = compute_metrics(replay(schedule, workload, limits, cost))
+    value = objective_value(metrics, objective)
+    bound = found.bound_s * (1 - 1e-12)
+    if objective == "throughput":
+        bound = float(workload.output_lens.sum()) / bound if bound > 0 else None
+    gap = None
+    if bound is not None:
+        gap = max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+    status = "optimal" if found.is_complete and gap is not None and gap <= rel_gap * (1 + 1e-9) else "feasible"
+    info = {"method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
+            else "stopped", "solver_wall_s": found.wall_s, "search": {
+                "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,
+                "complete": found.is_complete, **extra}}
+    if found.value_s is not None and policy.chunked_prefill:
+        info["relaxation"] = "each (re)fill priced at its least prefill work (L^2+L)/2: bound valid, " \
+                             "objective replayed"
+    if found.value_s is not None:
+        info["replay_rel_diff"] = abs(metrics["latency_s"] - found.value_s) / metrics["latency_s"]
+    if source != "warm-start":
+        schedule = Schedule(schedule.batches, {"solver": "search", "method": "search", "objective": objective,
+                                               "policy": policy.to_dict(), "limits": limits.to_dict(),
+                                               "cost": cost.describe()})
+    return OptimalResult(schedule=schedule,
+                         objective=value, bound=bound, gap=gap, status=status, backend="search",
+                         wall_s=time.perf_counter() - t0, objective_name=objective,
+                         solver_objective=found.value_s, horizon=len(schedule), horizon_proven=True,
+                         warm_start={"scheduler": ws.name, "objective": ws.value}, metrics=metrics, info=info)

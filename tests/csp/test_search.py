@@ -1,0 +1,106 @@
+"""The exact class-state search (csp/search.py): agreement with the MILP, bounds, policies, errors."""
+from __future__ import annotations
+
+import pytest
+from conftest import heuristic_schedules
+from factories import ALL_SCHEDULERS, small_instances
+from hypothesis import HealthCheck, given, settings
+
+from infermax import Limits, Workload, metrics, replay
+from infermax.csp import Policy, solve_optimal
+from infermax.csp.search import exact_search, is_applicable
+
+NO_CHUNK = Policy(chunked_prefill=False)
+
+
+def _chunks(name: str) -> bool:
+    try:
+        return Policy.of_scheduler(name).chunked_prefill
+    except ValueError:            # a scheduler that does not describe itself: assume it may chunk
+        return True
+
+
+def _latency(schedule, workload, limits, cost) -> float:
+    return metrics(replay(schedule, workload, limits, cost))["latency_s"]
+
+
+@pytest.mark.solver
+@pytest.mark.parametrize("lengths,limits", [(([4, 4, 4], [3, 3, 3]), Limits(M=12, C=64)),
+                                            (([5, 3, 6, 2], [3, 4, 2, 3]), Limits(M=12, C=64)),
+                                            (([3, 3, 5], [4, 4, 2]), Limits(M=8, C=64, R_max=2))])
+def test_search_equals_the_milp_optimum_without_chunking(cost, lengths, limits):
+    """Whole fills only: the search value is exact, replays to itself and equals the per-request MILP's."""
+    w = Workload.from_lengths(*lengths)
+    found = exact_search(w, limits, cost, NO_CHUNK, upper_s=10.0, time_budget_s=60)
+    assert found.is_complete and found.schedule is not None
+    assert _latency(found.schedule, w, limits, cost) == pytest.approx(found.value_s, rel=1e-12)
+    milp = solve_optimal(w, limits, cost, time_limit_s=60, rel_gap=1e-7, policy=NO_CHUNK, method="per-request")
+    assert milp.status == "optimal"
+    assert found.value_s == pytest.approx(milp.objective, rel=2e-7)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=4, max_len=5, online=False))
+def test_search_bound_is_below_every_heuristic_and_eviction_free_is_no_better(cost, inst):
+    workload, limits = inst
+    ok, _ = is_applicable(workload, limits, cost, Policy())
+    free = exact_search(workload, limits, cost, NO_CHUNK, upper_s=10.0, time_budget_s=30)
+    assert free.is_complete
+    assert _latency(free.schedule, workload, limits, cost) == pytest.approx(free.value_s, rel=1e-12)
+    bound = exact_search(workload, limits, cost, Policy(), upper_s=10.0, time_budget_s=30).bound_s if ok else None
+    for name, h in heuristic_schedules(workload, limits, cost, names=ALL_SCHEDULERS):
+        if bound is not None:               # the chunking bound holds: below every schedule, chunked or not
+            assert bound <= h.metrics["latency_s"] * (1 + 1e-12), name
+            assert bound <= free.value_s * (1 + 1e-12)
+        if not _chunks(name):
+            assert free.value_s <= h.metrics["latency_s"] * (1 + 1e-12), name
+    ef = exact_search(workload, limits, cost, Policy(allow_eviction=False, chunked_prefill=False),
+                      upper_s=10.0, time_budget_s=30)
+    assert ef.is_complete
+    if ef.schedule is not None:
+        assert ef.value_s >= free.value_s * (1 - 1e-12)
+        assert metrics(replay(ef.schedule, workload, limits, cost))["num_evictions"] == 0
+
+
+def test_stopped_search_still_bounds_the_optimum(cost):
+    w, lim = Workload.from_spec("fixed:I=16,O=16,B=6"), Limits(M=128, C=4096)
+    full = exact_search(w, lim, cost, Policy(), upper_s=1.0, time_budget_s=60)
+    early = exact_search(w, lim, cost, Policy(), upper_s=1.0, time_budget_s=0.0)
+    assert full.is_complete and not early.is_complete and early.schedule is None
+    assert early.bound_s <= full.value_s
+
+
+def test_search_with_an_unbeatable_upper_bound_proves_it(cost):
+    w, lim = Workload.from_spec("fixed:I=4,O=3,B=3"), Limits(M=12, C=64)
+    opt = exact_search(w, lim, cost, NO_CHUNK, upper_s=10.0)
+    again = exact_search(w, lim, cost, NO_CHUNK, upper_s=opt.value_s * (1 + 1e-6), rel_gap=1e-4)
+    assert again.is_complete and again.schedule is None
+    assert opt.value_s * (1 - 1e-9) >= again.bound_s >= opt.value_s * (1 - 1e-4)
+
+
+@pytest.mark.solver
+def test_solve_optimal_uses_the_search_and_proves_homogeneous_optima(cost):
+    r = solve_optimal("fixed:I=16,O=16,B=6", "M=128,C=4096", cost, time_limit_s=60)
+    assert r.status == "optimal" and r.info["method"] == "search" and r.gap <= 1e-4
+    assert r.metrics["num_evictions"] > 0            # the optimum evicts here
+    assert _latency(r.schedule, Workload.from_spec("fixed:I=16,O=16,B=6"), Limits(M=128, C=4096), cost) \
+        == pytest.approx(r.objective, rel=1e-12)
+    assert r.objective <= r.warm_start["objective"]
+
+
+def test_search_refuses_what_it_cannot_price(cost):
+    online = Workload.from_lengths([4, 4], [3, 3], [0.0, 0.1])
+    with pytest.raises(ValueError, match="arrival times"):
+        exact_search(online, Limits(M=12, C=64), cost, Policy(), upper_s=1.0)
+    with pytest.raises(ValueError, match="chunked prefill"):
+        exact_search(Workload.from_lengths([40], [3]), Limits(M=64, C=32), cost, Policy(), upper_s=1.0)
+    with pytest.raises(ValueError, match="method 'search'"):
+        solve_optimal(online, Limits(M=12, C=64), cost, method="search")
+
+
+@pytest.mark.slow
+@pytest.mark.solver
+def test_seven_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
+    r = solve_optimal("fixed:I=16,O=16,B=7", "M=128,C=4096", cost, time_limit_s=60)
+    assert r.status == "optimal" and r.gap <= 1e-4
+    assert len(r.schedule) == 23
