@@ -77,14 +77,15 @@ def run_scale(time_limit: float, gap: float, max_B: int) -> list[dict[str, Any]]
     rows, failures = [], 0
     for B in range(2, max_B + 1):
         r = solve_optimal(f"fixed:I=16,O=16,B={B}", "M=128,C=4096", time_limit_s=time_limit, rel_gap=gap)
-        rows.append(_row(r, B=B, heuristic_s=r.warm_start["objective"]))
+        rows.append(_row(r, B=B, heuristic_s=r.warm_start["objective"],
+                         incumbent=r.info.get("search", {}).get("incumbent")))
         print(f"  B={B}: {r.status} in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
         failures = failures + 1 if r.status != "optimal" else 0
         if failures >= 2:
             break
     print(f"\nhomogeneous scale (I=O=16, M=128, C=4096, latency; time limit {time_limit} s)")
     table(rows, ["B", "status", "objective_s", "bound_s", "gap", "wall_s", "batches", "evictions", "method",
-                 "heuristic_s"])
+                 "incumbent", "heuristic_s"])
     solved = [r["B"] for r in rows if r["status"] == "optimal"]
     print(f"largest B proven optimal within {time_limit} s: {max(solved) if solved else None}")
     return rows
@@ -112,15 +113,33 @@ def run_ablation(time_limit: float, gap: float) -> list[dict[str, Any]]:
             r = solve_optimal(spec, lim, time_limit_s=time_limit, rel_gap=gap, method="per-request", **kwargs)
             rows.append(_row(r, instance=label, variant=name))
             print(f"  {label} / {name}: {r.status}", file=sys.stderr, flush=True)
-    for B in (5, 6):
+    for B in (5, 6, 7):
         spec = f"fixed:I=16,O=16,B={B}"
-        for name, method in (("aggregated class flows", "aggregate"), ("per-request model", "per-request")):
+        for name, method in (("class-state search", "search"), ("aggregated class flows", "aggregate"),
+                             ("per-request model", "per-request")):
             r = solve_optimal(spec, "M=128,C=4096", time_limit_s=time_limit, rel_gap=gap, method=method)
             rows.append(_row(r, instance=f"I=O=16 B={B}", variant=name))
             print(f"  B={B} / {name}: {r.status}", file=sys.stderr, flush=True)
+        rows.append(_search_without_table(B, time_limit, gap))
     print(f"\nablation (time limit {time_limit} s; solve_s is the time to reach the gap, or the limit)")
     table(rows, ["instance", "variant", "status", "solve_s", "gap", "objective_s", "bound_s", "method"])
     return rows
+
+
+def _search_without_table(B: int, time_limit: float, gap: float) -> dict[str, Any]:
+    """A* alone from the best heuristic, no table of exact batches left and no beam (what the table buys)."""
+    from infermax import Limits, Workload, simulate
+    from infermax.costmodel import get_cost_model
+    from infermax.csp.search import exact_search
+
+    w, lim, cost = Workload.from_spec(f"fixed:I=16,O=16,B={B}"), Limits.from_spec("M=128,C=4096"), get_cost_model()
+    upper = min(simulate(w, name, lim, cost).metrics["latency_s"] for name in ("vllm", "sarathi", "rank-i"))
+    found = exact_search(w, lim, cost, Policy(), upper_s=upper, time_budget_s=time_limit, rel_gap=gap)
+    row = {"instance": f"I=O=16 B={B}", "variant": "search: A* only (no table, no beam)",
+           "status": "optimal" if found.is_complete else "stopped", "solve_s": round(found.wall_s, 2),
+           "bound_s": found.bound_s, "objective_s": found.value_s, "method": "search"}
+    print(f"  B={B} / A* only: {row['status']}", file=sys.stderr, flush=True)
+    return row
 
 
 def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:

@@ -76,18 +76,21 @@ def objective_value(metrics: dict[str, Any], objective: str) -> float:
 def conservative_bound(fm: Formulation, res: SolveResult) -> float | None:
     """The solver's bound made safe against the integer backend's grid.
 
-    On CP-SAT, each batch end sits on the grid at or after its exact value (one
-    ``continuous_step_s`` at most) and objective coefficients carry a relative
-    rounding error; the bound is lowered by both so that it stays a valid lower
-    bound on the replayed objective.
+    On CP-SAT, times sit on a grid of ``continuous_step_s``: along the chain of
+    batches each end is at most one step after its exact value, an arrival
+    row can push a start up by one more step, and an event time (completion,
+    first token) by one more again — (J + 2) steps in all. Objective
+    coefficients carry a rounding error too (relative, and its worst absolute
+    effect over the variables' domains). The bound is lowered by all of them so
+    that it stays a valid lower bound on the replayed objective.
     """
     if res.bound is None:
         return None
     bound = res.bound
     if getattr(fm.v, "end", None) and res.backend == "cpsat":
-        bound -= fm.horizon * fm.model.continuous_step_s
+        bound -= (fm.horizon + 2) * fm.model.continuous_step_s
     rounding = float(res.info.get("objective_rounding_rel", 0.0))
-    return bound - abs(bound) * 2 * rounding
+    return bound - abs(bound) * 2 * rounding - float(res.info.get("objective_rounding_abs", 0.0))
 
 
 def meets(ws: WarmStart, objective: str, target: float) -> bool:
