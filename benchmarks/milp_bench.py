@@ -10,7 +10,9 @@ Sections (all numbers are measured by this script on the machine it runs on):
   eviction-free class and the saving, time to proven optimality and gap.
 - scale: fixed:I=16,O=16 with M = 4(I+O) = 128 for B = 2, 3, …: the largest B
   proven optimal within the time limit.
-- ablation: time to optimality (or the gap left) with one strengthening off.
+- ablation: time to optimality (or the gap left) with one strengthening off, and
+  for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
+  beam), the aggregated class flows and the per-request model.
 - backends: every installed backend on small §4.5 instances.
 """
 from __future__ import annotations

@@ -11,11 +11,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .api import METHODS
 from .backends import BackendUnavailable, ModelTooLarge, backend_names
 from .objectives import OBJECTIVES
 from .policy import Policy
 
-SUMMARY = ("status", "objective", "bound", "gap", "wall_s", "num_batches", "num_evictions", "horizon",
+SUMMARY = ("status", "method", "objective", "bound", "gap", "wall_s", "num_batches", "num_evictions", "horizon",
            "horizon_proven", "warm_start")
 
 
@@ -40,6 +41,9 @@ def add_subcommands(subparsers) -> None:
     p.add_argument("--better-than", default=None, help="a value or a scheduler: look for a schedule --by better")
     p.add_argument("--by", type=float, default=0.10, help="fraction for --better-than (default 0.10)")
     p.add_argument("--horizon", type=int, default=None, help="number of batches in the model (default: derived)")
+    p.add_argument("--method", default="auto", choices=METHODS,
+                   help="auto (default): class-state search first for offline latency, then the MILPs; "
+                        "search, aggregate or per-request alone")
     p.add_argument("--out", help="directory for schedule.json and result.json")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_solve)
@@ -74,7 +78,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
                           time_limit_s=args.time_limit, policy=_policy(args),
                           warm_start=None if args.warm_start == "none" else args.warm_start,
                           horizon=args.horizon, better_than=_better_than(args.better_than), by=args.by,
-                          threads=args.threads, rel_gap=args.gap)
+                          threads=args.threads, rel_gap=args.gap, method=args.method)
     except (BackendUnavailable, ModelTooLarge) as exc:
         if args.json:
             print(json.dumps({"error": str(exc), "type": type(exc).__name__}))

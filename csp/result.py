@@ -66,7 +66,8 @@ class OptimalResult:
                 "bound": self.bound, "gap": self.gap, "backend": self.backend, "wall_s": self.wall_s,
                 "horizon": self.horizon, "horizon_proven": self.horizon_proven,
                 "num_batches": len(self.schedule) if self.schedule is not None else None,
-                "num_evictions": self.metrics.get("num_evictions"), "warm_start": self.warm_start}
+                "num_evictions": self.metrics.get("num_evictions"), "warm_start": self.warm_start,
+                "method": self.info.get("method")}
 
 
 def objective_value(metrics: dict[str, Any], objective: str) -> float:
