@@ -186,9 +186,10 @@ class RemainingBatches:
                 self.is_complete = True
                 break
             preds = self._predecessors(self.layers[-1], deadline)
-            if preds is None:                                  # out of time: the layers so far stay valid
+            layer = None if preds is None else _minimal(preds, deadline)
+            if layer is None:                                  # out of time: the layers so far stay valid
                 break
-            self.layers.append(_minimal(preds))
+            self.layers.append(layer)
 
     @property
     def num_batches(self) -> int:
@@ -260,8 +261,8 @@ def _maximal_moves(m: list, groups: list, M: int, R_max: int, out: set) -> None:
     walk(0, M, R_max, 1 << 30)
 
 
-def _minimal(rows: np.ndarray, block: int = 512) -> np.ndarray:
-    """The distinct rows not dominated (>= elementwise) by another row.
+def _minimal(rows: np.ndarray, deadline: float = math.inf, block: int = 512) -> np.ndarray | None:
+    """The distinct rows not dominated (>= elementwise) by another row (None if past ``deadline``).
 
     Bitsets: for column k and value v, the set of rows whose column k is <= v (packed into uint64
     words); a row is dominated when the AND of its columns' sets holds a row other than itself.
@@ -279,6 +280,8 @@ def _minimal(rows: np.ndarray, block: int = 512) -> np.ndarray:
         packed = np.pad(packed, ((0, 0), (0, words * 8 - packed.shape[1]))).view(np.uint64)
         sets.append((values, packed))
     for a in range(0, n, block):
+        if time.perf_counter() > deadline:
+            return None
         idx = np.arange(a, min(n, a + block))
         acc = None
         for k, (values, packed) in enumerate(sets):
