@@ -319,7 +319,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                  rest: "RemainingBatches | None" = None, max_states: int = 5_000_000) -> SearchResult:
     """A* from the start state to the goal (module docstring); ``limits`` are the policy's effective limits.
 
-    upper_s: the latency of a known schedule (states that cannot beat it by ``rel_gap`` are dropped);
+    upper_s: the latency of a known schedule (states that cannot beat it by half ``rel_gap`` are dropped);
     min_batches: a known lower bound on the batch count; rest: the relaxation's exact batches left
     (:class:`.batchcount.RemainingBatches`), the strongest part of the bound where it can be built.
     """
@@ -328,7 +328,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
         raise ValueError(f"exact_search does not apply: {why}")
     t0 = time.perf_counter()
     sp = _Space(workload, limits, cost, policy, min_batches, rest)
-    cutoff = upper_s * (1 - rel_gap)
+    cutoff = upper_s * (1 - rel_gap / 2)     # finishing without a path proves a gap of rel_gap / 2 < rel_gap
     best = {sp.start: 0.0}
     parent: dict[tuple, tuple] = {}
     heap = [(sp.bound(sp.start, 0), 0.0, 0, sp.start)]
@@ -360,7 +360,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                 parent[ns] = (s, move)
                 generated += 1
                 heapq.heappush(heap, (fv, ng, k + 1, ns))
-    # nothing beats the known schedule by rel_gap: its latency, less the gap, is a bound
+    # nothing beats the known schedule by rel_gap / 2: its latency, less that, is a bound
     return SearchResult(schedule=None, value_s=None, bound_s=cutoff, is_complete=True, num_expanded=expanded,
                         num_generated=generated, wall_s=time.perf_counter() - t0)
 

@@ -79,11 +79,14 @@ def test_search_with_an_unbeatable_upper_bound_proves_it(cost):
 
 
 @pytest.mark.solver
-def test_solve_optimal_uses_the_search_and_proves_homogeneous_optima(cost):
-    r = solve_optimal("fixed:I=16,O=16,B=6", "M=128,C=4096", cost, time_limit_s=60)
+@pytest.mark.parametrize("B,method", [(5, "search"), (6, "auto")])
+def test_solve_optimal_uses_the_search_and_proves_homogeneous_optima(cost, B, method):
+    """B=5: the beam already finds the optimum and A* proves it by finding nothing better."""
+    spec = f"fixed:I=16,O=16,B={B}"
+    r = solve_optimal(spec, "M=128,C=4096", cost, time_limit_s=60, method=method)
     assert r.status == "optimal" and r.info["method"] == "search" and r.gap <= 1e-4
     assert r.metrics["num_evictions"] > 0            # the optimum evicts here
-    assert _latency(r.schedule, Workload.from_spec("fixed:I=16,O=16,B=6"), Limits(M=128, C=4096), cost) \
+    assert _latency(r.schedule, Workload.from_spec(spec), Limits(M=128, C=4096), cost) \
         == pytest.approx(r.objective, rel=1e-12)
     assert r.objective <= r.warm_start["objective"]
 
