@@ -22,7 +22,7 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import aggregate, backends, batchcount, search
+from . import aggregate, backends, batchcount, classstate, search
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
@@ -158,19 +158,21 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     if method == "search" and not search_ok:
         raise ValueError(f"method 'search' needs the latency objective, no better-than target and a warm start; "
                          f"{why or 'not the case here'}")
-    found = None
+    found, least_batches = None, None
     if method == "search" or (method == "auto" and search_ok):
         found = _solve_search(ws=ws, time_limit_s=time_limit_s if method == "search" else time_limit_s * 2 / 3,
                               t0=t0, **common)
         if method == "search" or found.status in ("optimal", "infeasible"):
             return found
+        if found.info["search"]["batch_table_complete"]:
+            least_batches = found.info["search"]["min_batches"]
         if found.schedule is not None and found.objective is not None:
             ws = WarmStart(found.info["search"]["incumbent"], found.schedule, found.objective,
                            found.metrics["latency_s"])
     has_class = len(aggregate.num_identical_classes(workload)) < len(workload)
     left = time_limit_s - (time.perf_counter() - t0)
     if method == "aggregate" or (method == "auto" and agg_ok and has_class):
-        first = _solve_aggregate(ws=ws, time_limit_s=left, t0=t0, **common)
+        first = _solve_aggregate(ws=ws, time_limit_s=left, t0=t0, least_batches=least_batches, **common)
         first = combine(found, first, rel_gap, t0) if found is not None else first
         left = time_limit_s - (time.perf_counter() - t0)
         if method == "aggregate" or first.status in ("optimal", "infeasible") or left < 1.0:
@@ -194,7 +196,7 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     """
     eff = policy.effective_limits(limits)
     start = time.perf_counter()
-    sp_classes = [(I, O, len(idx)) for I, O, idx in search.classes_of(workload)]
+    sp_classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(workload)]
     rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max, time_budget_s=time_limit_s / 8)
     min_batches, table_complete = rest.num_batches, rest.is_complete
     if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
@@ -241,15 +243,18 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
 
 
 def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                     solver_params, strengthening, ws, time_limit_s, t0) -> OptimalResult:
+                     solver_params, strengthening, ws, time_limit_s, t0, least_batches=None) -> OptimalResult:
+    """least_batches: the packing relaxation's exact least batch count if already known (the search's table)."""
     eff = policy.effective_limits(limits)
     relax = policy.chunked_prefill
     # probe the batch count first: exactly-Y schedules with small Y are often refuted in a fraction of a second
     lb_y = batch_count_lower_bound(workload, eff)
-    search = None
+    packing = None
     if batchcount.is_applicable(eff):      # exact least batch count of the packing relaxation, if quick
-        search = batchcount.min_batch_count(workload, eff, upper=J, time_budget_s=min(10.0, time_limit_s / 6))
-        lb_y = max(lb_y, search.num_batches)
+        if least_batches is None:
+            packing = batchcount.min_batch_count(workload, eff, upper=J, time_budget_s=min(10.0, time_limit_s / 6))
+            least_batches = packing.num_batches
+        lb_y = max(lb_y, least_batches)
     probe_s = min(2.0, time_limit_s / 20)
     lb_probe = aggregate.probe_batch_count(workload, limits, cost, policy, lb_y, J,
                                            lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap),
@@ -259,9 +264,9 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
     time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))
     fm = aggregate.build_aggregate(workload, limits, cost, policy, J, relax_chunking=relax, min_batches=lb_probe)
     fm.info["batch_count_probed"] = lb_probe
-    if search is not None:
-        fm.info["batch_count_search"] = {"num_batches": search.num_batches, "is_exact": search.is_exact,
-                                         "states_max": search.states_max, "wall_s": round(search.wall_s, 3)}
+    if packing is not None:
+        fm.info["batch_count_search"] = {"num_batches": packing.num_batches, "is_exact": packing.is_exact,
+                                         "states_max": packing.states_max, "wall_s": round(packing.wall_s, 3)}
     hinted = False
     if ws is not None:
         merged = merge_chunks(ws.schedule, workload, eff, cost)

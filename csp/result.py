@@ -128,18 +128,15 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
     solver_obj = fm.model.objective_value(reassign(schedule)) if source == "solver" else res.objective
     bound = conservative_bound(fm, res)
     if objective == "throughput":
-        tokens = float(workload.output_lens.sum())
-        solver_obj = tokens / solver_obj if solver_obj else None
-        bound = tokens / bound if bound and bound > 0 else None
+        solver_obj = as_throughput(workload, solver_obj)
+        bound = as_throughput(workload, bound)
     if source == "solver" and solver_obj is not None:
         diff = abs(value - solver_obj) / max(abs(value), 1e-300)
         info["replay_rel_diff"] = diff
         if diff > REPLAY_RTOL and method == "per-request":
             log.warning("replayed %s %.9g differs from the model's %.9g (rel %.2e)", objective, value,
                         solver_obj, diff)
-    gap = None
-    if value is not None and bound is not None:
-        gap = max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+    gap = relative_gap(value, bound, objective)
     status = res.status
     if status == "optimal" and not (proven and gap is not None and gap <= rel_gap * (1 + 1e-9)):
         status = "feasible"
@@ -154,13 +151,26 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
                          metrics=metrics, info=info)
 
 
+def as_throughput(workload, latency_s: float | None) -> float | None:
+    """tokens/s of a latency (a latency bound becomes a throughput bound); None for none or <= 0."""
+    return float(workload.output_lens.sum()) / latency_s if latency_s and latency_s > 0 else None
+
+
+def relative_gap(value: float | None, bound: float | None, objective: str) -> float | None:
+    """How far ``value`` may be from the optimum, relative: throughput is maximised, the rest minimised."""
+    if value is None or bound is None:
+        return None
+    return max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+
+
 def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:
     """The better schedule of two solves of the same problem, with the better of their bounds."""
+    sign = -1.0 if first.objective_name == "throughput" else 1.0          # compare as minimisation
     best = second if (second.objective is not None and (first.objective is None
-                                                       or second.objective < first.objective)) else first
-    bounds = [b for b in (first.bound, second.bound) if b is not None]
-    bound = max(bounds) if bounds else None
-    gap = max(0.0, (best.objective - bound) / abs(best.objective)) if best.objective and bound is not None else None
+                                                       or sign * second.objective < sign * first.objective)) else first
+    bounds = [sign * b for b in (first.bound, second.bound) if b is not None]
+    bound = sign * max(bounds) if bounds else None
+    gap = relative_gap(best.objective, bound, best.objective_name)
     status = "optimal" if gap is not None and gap <= rel_gap * (1 + 1e-9) and best.horizon_proven else \
         best.status if best.status != "optimal" else "feasible"
     info = {**best.info, "methods": {first.info["method"]: first.summary(), second.info["method"]: second.summary()}}
@@ -188,10 +198,8 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
     value = objective_value(metrics, objective)
     bound = found.bound_s * (1 - 1e-12)
     if objective == "throughput":
-        bound = float(workload.output_lens.sum()) / bound if bound > 0 else None
-    gap = None
-    if bound is not None:
-        gap = max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+        bound = as_throughput(workload, bound)
+    gap = relative_gap(value, bound, objective)
     status = "optimal" if found.is_complete and gap is not None and gap <= rel_gap * (1 + 1e-9) else "feasible"
     info = {"method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
             else "stopped", "solver_wall_s": found.wall_s, "search": {

@@ -1,62 +1,27 @@
 """Exact best-first search over class states: the optimum for interchangeable requests, no MILP.
 
-For the latency objective of an offline workload, requests with the same
-(I, O) are interchangeable, so after any batch the serving state is, per class,
-how many requests wait at each token level t (W_t: not started at t = 0, evicted
-after t tokens otherwise) and how many are resident at each level (R_t: t tokens
-generated, I + t - 1 KV held), the rest being done. A batch moves counts: it
-fills d waiting requests of level t (I + t tokens, one token generated), decodes
-d resident ones (one token, I + t KV read), and evicts idle resident ones
-(R_t -> W_t). Its time is the simulator's linear cost model, a function of the
-counts alone, so the optimal schedule is a shortest path from "all waiting at
-0" to "all done", found by A* with an admissible remaining-cost bound:
-
-    h(s) = max_k(Y·a_k + b_k·N) + Σ item costs + least biases for Y batches,
-
-with Y a lower bound on the batches left — the exact batches left of the
-chain-packing relaxation where its table (:class:`.batchcount.RemainingBatches`)
-could be built, else the longest chain, ⌈remaining KV / M⌉ and items / R_max;
-never less than the least total batch count minus the batches spent — and N
-the fewest tokens left. Pruning is exact:
-
-- *lazy eviction*: an idle resident request is evicted only when M or R_max
-  would otherwise be exceeded, and only minimal sets — keeping it resident one
-  more batch and evicting it before the next is the same state at the same cost;
-- a decode and a refill of the same item lead to the same state, so a batch
-  converts either none or all of its decodes into evict-and-refill (the latter
-  can save the decode bias of a batch that prefills anyway); converting only
-  some never pays when a refill costs at least a decode (checked, see
-  :func:`is_applicable`);
-- states whose f = g + h exceeds the warm start's latency are dropped.
-
-Chunked prefill: when the policy allows it, a (re)fill of L tokens is priced
-at its least possible prefill work (L² + L)/2 (the argument of
-:mod:`.aggregate`, valid when M <= C, M <= P and the non-attention time is
-linear up to M tokens), so the search value is a lower bound; the schedule it
-returns does whole fills and is priced exactly by replay. Without chunked
-prefill every fill is priced L² and the search value is the exact optimum.
-
-The search is anytime: stopped early, the least f on the open list is still a
-valid lower bound on every schedule. It is exponential in the number of
-requests: on I = O = 16, M = 128 it proves B = 7 in seconds and stops short
-from B = 8 (see benchmarks/milp_bench.py); :func:`beam_search` then supplies
-the incumbent.
+:func:`exact_search` is A* over :class:`.classstate.ClassStateSpace` (the
+states, moves and admissible bound are described there), from "all waiting" to
+"all done", dropping states whose f = g + h cannot beat a known schedule. It
+is anytime: stopped early, the least f on the open list is still a valid lower
+bound on every schedule. It is exponential in the number of requests: on
+I = O = 16, M = 128 it proves B = 7 in seconds and stops short from B = 8 (see
+benchmarks/milp_bench.py); :func:`beam_search` then supplies the incumbent.
 """
 from __future__ import annotations
 
 import heapq
 import math
 import time
-from collections import deque
 from dataclasses import dataclass
 
-import numpy as np
-
 from infermax.costmodel import CostModel
-from infermax.types import Batch, Limits, Schedule, Workload
+from infermax.types import Limits, Schedule, Workload
 
+from .aggregate import chunking_bound_holds
 from .batchcount import RemainingBatches
-from .objectives import linear_coefficients, nonattention_segments
+from .classstate import ClassStateSpace, to_schedule
+from .objectives import linear_coefficients
 from .policy import Policy
 
 
@@ -75,14 +40,6 @@ class SearchResult:
     wall_s: float
 
 
-def classes_of(workload: Workload) -> list[tuple[int, int, list[int]]]:
-    """(I, O, request indices) per class of interchangeable requests, in order of first appearance."""
-    members: dict[tuple[int, int], list[int]] = {}
-    for i, (I, O) in enumerate(zip(workload.input_lens.tolist(), workload.output_lens.tolist())):
-        members.setdefault((I, O), []).append(i)
-    return [(I, O, idx) for (I, O), idx in members.items()]
-
-
 def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: Policy) -> tuple[bool, str]:
     """(ok, why not): offline, a linear cost model, refills never cheaper per item than decodes, and —
     with chunked prefill allowed — the chunking bound of :mod:`.aggregate`."""
@@ -97,221 +54,9 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
         refill_extra = b_min * (L - 1) + k.prefill_attn_s * (L * L + L) / 2 + k.prefill_token_s * L
         if refill_extra < k.decode_kv_s * L:
             return False, f"a refill of {L} tokens is cheaper than its decode under this cost model"
-    if policy.chunked_prefill:
-        _, segs = nonattention_segments(k.nonattn_lines, limits.C)
-        if not (limits.M <= limits.C and limits.M <= limits.P and segs[0][0] >= limits.M):
-            return False, "chunked prefill may pay here (needs M <= C, M <= P and linear time up to M tokens)"
+    if policy.chunked_prefill and not chunking_bound_holds(limits, cost):
+        return False, "chunked prefill may pay here (needs M <= C, M <= P and linear time up to M tokens)"
     return True, ""
-
-
-class _Space:
-    """The class state space: index layout, per-item constants, successors and the remaining-cost bound."""
-
-    def __init__(self, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, min_batches: int,
-                 rest: "RemainingBatches | None" = None):
-        k = linear_coefficients(cost)
-        self.lines = tuple(k.nonattn_lines)
-        self.db, self.dk, self.pb, self.pa = k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s
-        self.pt, self.rq = k.prefill_token_s, getattr(k, "request_s", 0.0)
-        self.M, self.C, self.P = limits.M, limits.C, limits.P
-        self.R_max = limits.R_max if limits.R_max is not None else len(workload)
-        self.evict, self.hybrid = policy.allow_eviction, policy.hybrid
-        self.relax = policy.chunked_prefill
-        self.min_batches = min_batches
-        self.rest = rest
-        self.classes = classes_of(workload)
-        # flat layout: class c occupies [base_c, base_c + 2 O_c): W_0..W_{O-1}, then R_0..R_{O-1} (R_0 unused)
-        self.slots = []                     # per flat index: (class, is_resident, level, item KV, held KV)
-        self.base = []
-        for c, (I, O, _) in enumerate(self.classes):
-            self.base.append(len(self.slots))
-            self.slots += [(c, False, t, I + t, 0) for t in range(O)]
-            self.slots += [(c, True, t, I + t, I + t - 1) for t in range(O)]
-        self.start = tuple(x for I, O, idx in self.classes for x in [len(idx)] + [0] * (2 * O - 1))
-        self.goal = (0,) * len(self.slots)
-        self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
-
-    def fill_work(self, L: int) -> float:
-        return (L * L + L) / 2 if self.relax else float(L * L)
-
-    def _tail_terms(self, c: int) -> list[tuple]:
-        """Per level t: (KV of items t.., tokens of decodes t.., least non-token cost of decodes t..)."""
-        I, O, _ = self.classes[c]
-        b_min = min(b for _, b in self.lines)
-        out = [(0, 0, 0.0)] * (O + 1)
-        for t in range(O - 1, -1, -1):
-            L = I + t
-            item = self.dk * L + self.rq
-            if self.evict and t > 0:      # a resident item may be refilled instead: never cheaper (is_applicable)
-                item = min(item, self.pa * self.fill_work(L) + self.pt * L + b_min * (L - 1) + self.rq)
-            kv, tok, other = out[t + 1]
-            out[t] = (kv + L, tok + 1, other + item)
-        return out
-
-    def bound(self, s: tuple, spent: int) -> float:
-        """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
-        chain = kv = tok = items = 0
-        other = 0.0
-        any_fill = longest_decode = 0
-        for c, (I, O, _) in enumerate(self.classes):
-            b, tail = self.base[c], self._tail[c]
-            for t in range(O):
-                w, r = s[b + t], s[b + O + t]
-                if w:
-                    L = I + t
-                    kv_t, tok_t, other_t = tail[t + 1]
-                    chain = max(chain, O - t)
-                    kv += w * (L + kv_t)
-                    tok += w * (L + tok_t)
-                    items += w * (O - t)
-                    other += w * (self.pa * self.fill_work(L) + self.pt * L + self.rq + other_t)
-                    any_fill = 1
-                    longest_decode = max(longest_decode, O - t - 1)
-                if r:
-                    kv_t, tok_t, other_t = tail[t]
-                    chain = max(chain, O - t)
-                    kv += r * kv_t
-                    tok += r * tok_t
-                    items += r * (O - t)
-                    other += r * other_t
-                    longest_decode = max(longest_decode, O - t)
-        if chain == 0:
-            return 0.0
-        y = max(chain, -(-kv // self.M), -(-items // self.R_max))       # bounds of the relaxation itself
-        if self.rest is not None:
-            y = self.rest(self.levels(s), y)
-        y = max(y, self.min_batches - spent)
-        need_decode = 0 if self.evict else longest_decode
-        bias = min(self.db * max(need_decode, y - any_fill) + self.pb * any_fill,      # as many decode batches
-                   self.db * need_decode + self.pb * max(any_fill, y - need_decode))   # as many prefill batches
-        return max(a * y + b * tok for a, b in self.lines) + other + bias
-
-    def levels(self, s: tuple) -> tuple:
-        """The relaxation state of ``s``: per class, the sorted items done by each request."""
-        out: list[int] = []
-        for c, (_, O, idx) in enumerate(self.classes):
-            b = self.base[c]
-            left = len(idx)
-            for t in range(O):
-                n = s[b + t] + s[b + O + t]
-                out += [t] * n
-                left -= n
-            out += [O] * left
-        return tuple(out)
-
-    def successors(self, s: tuple, greedy: bool = False):
-        """(next state, batch time, move) for every batch allowed from ``s`` (lazy, minimal evictions).
-
-        greedy: only batches to which no further item fits — with whatever evictions that needs, or
-        without any (a heuristic cut for :func:`beam_search`, not exact).
-        """
-        slots, M, P, R_max = self.slots, self.M, self.P, self.R_max
-        groups = [q for q, n in enumerate(s) if n and not (slots[q][1] and slots[q][2] == 0)]
-        G = len(groups)
-        take = [0] * G
-        out: list = []
-        held_all = sum(slots[q][4] * s[q] for q in groups)           # idle residents' KV if nobody runs
-        residents_all = sum(s[q] for q in groups if slots[q][1])
-
-        def choose(g: int, mem: int, held: int, items: int, fill_tok: int) -> None:
-            """Pick how many of group g run; mem: KV of running items, held: KV of residents not running."""
-            if g == G:
-                if items:
-                    close(mem, held, items, fill_tok)
-                return
-            q = groups[g]
-            _, resident, _, L, h = slots[q]
-            for d in range(s[q] + 1):
-                if d:
-                    mem += L
-                    if mem > M or (not resident and fill_tok + d * L > P):
-                        break
-                    if resident:
-                        held -= h
-                take[g] = d
-                choose(g + 1, mem, held, items + d, fill_tok + (0 if resident else d * L))
-            take[g] = 0
-
-        def close(mem: int, held: int, items: int, fill_tok: int) -> None:
-            if greedy and not is_full(mem, held, fill_tok):
-                return
-            running = items + residents_all - sum(d for q, d in zip(groups, take) if slots[q][1])
-            if mem + held <= M and running <= R_max:
-                emit(())
-            elif self.evict:
-                idle = [(q, s[q] - d) for q, d in zip(groups, take) if slots[q][1] and s[q] > d]
-                evictions(idle, 0, M - mem, held, running, [], 10 ** 9)
-
-        def is_full(mem: int, held: int, fill_tok: int) -> bool:
-            fits = fits_kept = False
-            for q, d in zip(groups, take):
-                if d < s[q]:
-                    _, resident, _, L, h = slots[q]
-                    if resident or fill_tok + L <= P:
-                        fits = fits or mem + L <= M
-                        fits_kept = fits_kept or mem + held + L - (h if resident else 0) <= M
-            return not fits or (mem + held <= M and not fits_kept)
-
-        def evictions(idle, k: int, room: int, held: int, running: int, chosen: list, smallest: int) -> None:
-            """Minimal eviction sets: after them KV <= M and running <= R_max; without any one, not."""
-            if held + smallest <= room and running + 1 <= R_max:
-                return                              # an evicted request could stay: not minimal, ever
-            if k == len(idle):
-                if held <= room and running <= R_max:
-                    emit(tuple(chosen))
-                return
-            q, n = idle[k]
-            h = slots[q][4]
-            for e in range(n + 1):
-                evictions(idle, k + 1, room, held - e * h, running - e, chosen + [(q, e)] if e else chosen,
-                          min(smallest, h) if e else smallest)
-
-        def emit(evicted: tuple) -> None:
-            ns = list(s)
-            tokens = dec_kv = dec_n = fill_n = fill_tok = conv_tok = 0
-            work = conv_work = 0.0
-            for q, d in zip(groups, take):
-                if not d:
-                    continue
-                c, resident, t, L, _ = slots[q]
-                ns[q] -= d
-                if t + 1 < self.classes[c][1]:
-                    ns[self.base[c] + self.classes[c][1] + t + 1] += d
-                if resident:
-                    dec_kv += d * L
-                    dec_n += d
-                    conv_tok += d * (L - 1)
-                    conv_work += d * self.fill_work(L)
-                else:
-                    fill_tok += d * L
-                    fill_n += d
-                    work += d * self.fill_work(L)
-            for q, e in evicted:
-                c, _, t, _, _ = slots[q]
-                ns[q] -= e
-                ns[self.base[c] + t] += e
-            tokens = dec_n + fill_tok
-            items = dec_n + fill_n
-            plain = convert = math.inf
-            if (self.hybrid or not (dec_n and fill_n)) and tokens <= self.C:
-                plain = self.batch_time(tokens, items, dec_n, dec_kv, fill_n, fill_tok, work)
-            if self.evict and dec_n and tokens + conv_tok <= min(self.C, P):
-                convert = self.batch_time(tokens + conv_tok, items, 0, 0, items, tokens + conv_tok,
-                                          work + conv_work)
-            if plain < math.inf or convert < math.inf:
-                out.append((tuple(ns), min(plain, convert), (tuple(zip(groups, take)), evicted, convert < plain)))
-
-        choose(0, 0, held_all, 0, 0)
-        return out
-
-    def batch_time(self, tokens: int, items: int, dec_n: int, dec_kv: int, fill_n: int, fill_tok: int,
-                   work: float) -> float:
-        t = max(a + b * tokens for a, b in self.lines) + self.rq * items
-        if dec_n:
-            t += self.db + self.dk * dec_kv
-        if fill_n:
-            t += self.pb + self.pa * work + self.pt * fill_tok
-        return t
 
 
 def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, upper_s: float,
@@ -327,7 +72,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     if not ok:
         raise ValueError(f"exact_search does not apply: {why}")
     t0 = time.perf_counter()
-    sp = _Space(workload, limits, cost, policy, min_batches, rest)
+    sp = ClassStateSpace(workload, limits, cost, policy, min_batches, rest)
     cutoff = upper_s * (1 - rel_gap / 2)     # finishing without a path proves a gap of rel_gap / 2 < rel_gap
     best = {sp.start: 0.0}
     parent: dict[tuple, tuple] = {}
@@ -340,7 +85,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
             while s in parent:
                 s, move = parent[s]
                 moves.append(move)
-            return SearchResult(schedule=_to_schedule(sp, moves[::-1], workload), value_s=g, bound_s=g,
+            return SearchResult(schedule=to_schedule(sp, moves[::-1], workload), value_s=g, bound_s=g,
                                 is_complete=True, num_expanded=expanded, num_generated=generated,
                                 wall_s=time.perf_counter() - t0)
         if time.perf_counter() - t0 > time_budget_s or len(best) > max_states:
@@ -365,40 +110,6 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                         num_generated=generated, wall_s=time.perf_counter() - t0)
 
 
-def _to_schedule(sp: _Space, moves: list, workload: Workload) -> Schedule:
-    """Carry out ``moves`` (one per batch, in order) on concrete requests (any order within a class)."""
-    queues = {q: deque() for q in range(len(sp.slots))}
-    for c, (_, _, idx) in enumerate(sp.classes):
-        queues[sp.base[c]].extend(idx)
-    ids = workload.ids
-    batches = []
-    for taken, evicted, convert in moves:
-        run, tokens, ev, arrive = [], [], [], []
-        for q, d in taken:
-            c, resident, t, L, _ = sp.slots[q]
-            O = sp.classes[c][1]
-            for _ in range(d):
-                i = queues[q].popleft()
-                run.append(i)
-                tokens.append(L if (not resident or convert) else 1)
-                if resident and convert:
-                    ev.append(i)
-                if t + 1 < O:
-                    arrive.append((sp.base[c] + O + t + 1, i))
-        for q, e in evicted:
-            c, _, t, _, _ = sp.slots[q]
-            for _ in range(e):
-                i = queues[q].popleft()
-                ev.append(i)
-                queues[sp.base[c] + t].append(i)
-        for q, i in arrive:
-            queues[q].append(i)
-        order = np.argsort(run, kind="stable")
-        batches.append(Batch(ids=ids[np.asarray(run)[order]], tokens=np.asarray(tokens)[order],
-                             evict=ids[np.sort(np.asarray(ev, dtype=np.int64))]))
-    return Schedule(tuple(batches), {"method": "search"})
-
-
 def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int = 64,
                 time_budget_s: float = 10.0, rest: "RemainingBatches | None" = None) -> tuple[Schedule, float] | None:
     """A good schedule fast: keep the ``width`` states of least g + h after each batch (not exact).
@@ -413,7 +124,7 @@ def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Pol
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
     t0 = time.perf_counter()
-    sp = _Space(workload, limits, cost, policy, 0, rest)
+    sp = ClassStateSpace(workload, limits, cost, policy, 0, rest)
     layer = {sp.start: (0.0, None)}         # state -> (g, link); link = (move, parent link)
     k = 0
     while layer and time.perf_counter() - t0 <= time_budget_s:
@@ -423,7 +134,7 @@ def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Pol
             while link is not None:
                 move, link = link
                 moves.append(move)
-            return _to_schedule(sp, moves[::-1], workload), g
+            return to_schedule(sp, moves[::-1], workload), g
         k += 1
         nxt: dict = {}
         for s, (g, link) in layer.items():

@@ -128,3 +128,17 @@ def test_online_bound_stays_below_every_schedule_despite_the_time_grid(cost):
     assert r.status in ("optimal", "feasible")
     for name, h in heuristic_schedules(w, lim, cost, names=ALL_SCHEDULERS):
         assert r.bound <= h.metrics["latency_s"], name
+
+
+def test_combine_keeps_the_higher_throughput_and_the_lower_throughput_bound(cost):
+    """Throughput is maximised: the better of two solves has the higher value and the tighter (lower) bound."""
+    import dataclasses
+    import time
+
+    from infermax.csp.result import combine
+
+    r = solve_optimal("fixed:I=4,O=3,B=3", "M=12,C=64", cost, objective="throughput", time_limit_s=30,
+                      method="per-request")
+    worse = dataclasses.replace(r, objective=r.objective * 0.9, bound=r.bound * 1.1, info={**r.info, "method": "x"})
+    c = combine(worse, r, 1e-4, time.perf_counter())
+    assert c.objective == r.objective and c.bound == r.bound and c.status == "optimal"
