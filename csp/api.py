@@ -189,10 +189,12 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
                   solver_params, strengthening, ws, time_limit_s, t0) -> OptimalResult:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 
-    Budget: up to an eighth of ``time_limit_s`` for the table of exact batches left; beams of width
-    8, 128 and 512 until five twelfths have passed (nine tenths when the table could not be built:
-    A* then rarely finishes, and its bound is little above its start) — each better schedule
-    lowers the A* cutoff and is the incumbent if A* cannot finish; A* for the rest.
+    Budget: up to an eighth of ``time_limit_s`` for the table of exact batches left (if it cannot be
+    built, a twelfth for the backend to refute small batch counts of the relaxation); pilot searches of
+    width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
+    tenths when the table could not be built: A* then rarely finishes, and its bound is little above
+    its start) — each better schedule lowers the A* cutoff and is the incumbent if A* cannot finish;
+    A* for the rest.
     """
     eff = policy.effective_limits(limits)
     start = time.perf_counter()
@@ -201,17 +203,26 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     min_batches, table_complete = rest.num_batches, rest.is_complete
     if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
         rest = None
+        if batchcount.is_applicable(eff):     # ask the backend which batch counts the relaxation cannot meet
+            area = batchcount.area_bound(sp_classes, eff.M, eff.R_max)
+            min_batches = batchcount.refute_batch_counts(
+                sp_classes, eff.M, eff.R_max, max(min_batches, area),
+                lambda model, tl: be.solve(model, tl, threads=threads), time_limit_s / 12)
     best = ws
     beam_until = time_limit_s * (5 / 12 if table_complete else 9 / 10)  # without the table A* rarely finishes
-    for width in (8, 128, 512):
-        if time.perf_counter() - start >= beam_until:
+    runs = [("pilot", w) for w in (1, 4, 16, 64)] + [("beam", w) for w in (8, 128, 512)]
+    for kind, width in runs:
+        left = beam_until - (time.perf_counter() - start)
+        if left <= 0:
             break
-        beam = search.beam_search(workload, eff, cost, policy, width=width, rest=rest,
-                                  time_budget_s=beam_until - (time.perf_counter() - start))
-        if beam is not None:
-            latency = compute_metrics(replay(beam[0], workload, limits, cost))["latency_s"]
+        if kind == "pilot":
+            found = search.pilot_search(workload, eff, cost, policy, width=width, time_budget_s=left)
+        else:
+            found = search.beam_search(workload, eff, cost, policy, width=width, rest=rest, time_budget_s=left)
+        if found is not None:
+            latency = compute_metrics(replay(found[0], workload, limits, cost))["latency_s"]
             if latency < best.latency_s:
-                best = WarmStart(f"search-beam-{width}", beam[0], latency, latency)
+                best = WarmStart(f"search-{kind}-{width}", found[0], latency, latency)
     left = max(0.0, time_limit_s - (time.perf_counter() - start))
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
                                 rel_gap=rel_gap, min_batches=min_batches, rest=rest)

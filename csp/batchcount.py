@@ -18,7 +18,8 @@ batches, pruned by dominance (a state whose requests are all at least as far
 along needs no more batches: it can copy the other state's remaining schedule
 item for item) and by the remaining-work bound ``k + rest(s) > upper``. The
 search is anytime: stopped early, ``min_s k + rest(s)`` over the last layer is
-still a valid bound.
+still a valid bound. Where neither search finishes, :func:`refute_batch_counts`
+asks a solver whether the relaxation has a packing into Y batches at all.
 
     >>> from infermax import Limits, Workload
     >>> min_batch_count(Workload.from_lengths([16] * 7, [16] * 7), Limits(M=128, C=4096)).num_batches
@@ -34,6 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from infermax.types import Limits, Workload
+
+from .model import LinExpr, Model
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -290,3 +293,68 @@ def _minimal(rows: np.ndarray, deadline: float = math.inf, block: int = 512) -> 
         acc[np.arange(idx.size), idx // 64] &= ~(np.uint64(1) << (idx % 64).astype(np.uint64))  # not itself
         dominated[idx] = acc.any(axis=1)
     return rows[~dominated]
+
+
+def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None, Y: int) -> Model:
+    """Does the chain-packing relaxation fit in Y batches? A feasibility model over counts.
+
+    n[c, t, j]: how many requests of class c (I, O, count) do their item t (KV I + t) in batch j.
+    Requests of a class are interchangeable chains, so the counts describe a packing exactly when
+
+        Σ_j n[c, t, j] = count                                  every item of every request, once
+        Σ_{j' <= j} n[c, t+1, j'] <= Σ_{j' < j} n[c, t, j']     item t+1 strictly after item t
+        Σ_{c, t} (I_c + t) n[c, t, j] <= M,  Σ_{c, t} n[c, t, j] <= R_max        per batch
+
+    (the second is Hall's condition for matching item-t+1 slots to earlier item-t slots, first in
+    first out). Item t can only run in batches t .. Y - O + t (t items before it, O - 1 - t after).
+    """
+    m = Model(name=f"packing-Y{Y}")
+    R_max = R_max or sum(n for _, _, n in classes)
+    load = [LinExpr() for _ in range(Y)]
+    count = [LinExpr() for _ in range(Y)]
+    for c, (I, O, n) in enumerate(classes):
+        prev = None
+        for t in range(O):
+            row = [m.int_var(0, min(n, M // (I + t), R_max) if t <= j <= Y - O + t else 0, f"n[{c},{t},{j}]")
+                   for j in range(Y)]
+            m.add(sum(row[1:], 1.0 * row[0]) == n, "packing-items")
+            for j in range(Y):
+                load[j] = load[j] + (I + t) * row[j]
+                count[j] = count[j] + row[j]
+            if prev is not None:
+                done_prev, done = LinExpr(), LinExpr()
+                for j in range(Y):
+                    done = done + row[j]
+                    m.add(done <= done_prev, "packing-order")
+                    done_prev = done_prev + prev[j]
+            prev = row
+    for j in range(Y):
+        m.add(load[j] <= M, "packing-memory")
+        if R_max < sum(n for _, _, n in classes):
+            m.add(count[j] <= R_max, "packing-running")
+    return m
+
+
+def area_bound(classes: list[tuple[int, int, int]], M: int, R_max: int | None) -> int:
+    """The relaxation's simplest bounds from the start: longest chain, ⌈Σ item KV / M⌉, ⌈items / R_max⌉."""
+    R_max = R_max or sum(n for _, _, n in classes)
+    return _RemainingBound(classes, M, R_max)(tuple((0,) * n for _, _, n in classes))
+
+
+def refute_batch_counts(classes: list[tuple[int, int, int]], M: int, R_max: int | None, start: int,
+                        solve, time_budget_s: float) -> int:
+    """The least Y >= ``start`` not proven impossible for the relaxation: a lower bound on the batch count.
+
+    ``solve(model, time_limit_s)`` is a backend's solve; Y goes up while the backend proves
+    :func:`packing_model` infeasible within what is left of the budget, and stops at the first Y it
+    finds packable (then Y is the relaxation's least count) or cannot decide.
+    """
+    deadline = time.perf_counter() + time_budget_s
+    Y = start
+    if any(I + O - 1 > M for I, O, _ in classes):
+        raise ValueError(f"a request needs more than M={M} KV: no batch count is possible")
+    while (left := deadline - time.perf_counter()) > 0:
+        if solve(packing_model(classes, M, R_max, Y), left).status != "infeasible":
+            break
+        Y += 1
+    return Y

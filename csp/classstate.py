@@ -82,6 +82,7 @@ class ClassStateSpace:
         self.start = tuple(x for I, O, idx in self.classes for x in [len(idx)] + [0] * (2 * O - 1))
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
+        self._terms: dict[tuple, tuple] = {}          # state -> _bound_terms(state)
 
     def fill_work(self, L: int) -> float:
         return (L * L + L) / 2 if self.relax else float(L * L)
@@ -102,6 +103,20 @@ class ClassStateSpace:
 
     def bound(self, s: tuple, spent: int) -> float:
         """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
+        terms = self._terms.get(s)
+        if terms is None:
+            terms = self._terms[s] = self._bound_terms(s)
+        y, tok, other, any_fill, need_decode = terms
+        if y == 0:
+            return 0.0
+        y = max(y, self.min_batches - spent)
+        bias = min(self.db * max(need_decode, y - any_fill) + self.pb * any_fill,      # as many decode batches
+                   self.db * need_decode + self.pb * max(any_fill, y - need_decode))   # as many prefill batches
+        return max(a * y + b * tok for a, b in self.lines) + other + bias
+
+    def _bound_terms(self, s: tuple) -> tuple:
+        """The parts of h(s) that do not depend on the batches spent: (batches left, tokens, item costs,
+        whether a fill is left, the decode batches needed without eviction)."""
         chain = kv = tok = items = 0
         other = 0.0
         any_fill = longest_decode = 0
@@ -128,15 +143,11 @@ class ClassStateSpace:
                     other += r * other_t
                     longest_decode = max(longest_decode, O - t)
         if chain == 0:
-            return 0.0
+            return (0, 0, 0.0, 0, 0)
         y = max(chain, -(-kv // self.M), -(-items // self.R_max))       # bounds of the relaxation itself
         if self.rest is not None:
             y = self.rest(self.levels(s), y)
-        y = max(y, self.min_batches - spent)
-        need_decode = 0 if self.evict else longest_decode
-        bias = min(self.db * max(need_decode, y - any_fill) + self.pb * any_fill,      # as many decode batches
-                   self.db * need_decode + self.pb * max(any_fill, y - need_decode))   # as many prefill batches
-        return max(a * y + b * tok for a, b in self.lines) + other + bias
+        return (y, tok, other, any_fill, 0 if self.evict else longest_decode)
 
     def levels(self, s: tuple) -> tuple:
         """The relaxation state of ``s``: per class, the sorted items done by each request."""

@@ -6,7 +6,8 @@ states, moves and admissible bound are described there), from "all waiting" to
 is anytime: stopped early, the least f on the open list is still a valid lower
 bound on every schedule. It is exponential in the number of requests: on
 I = O = 16, M = 128 it proves B = 7 in seconds and stops short from B = 8 (see
-benchmarks/milp_bench.py); :func:`beam_search` then supplies the incumbent.
+benchmarks/milp_bench.py); :func:`pilot_search` and :func:`beam_search` then
+supply the incumbent.
 """
 from __future__ import annotations
 
@@ -145,3 +146,120 @@ def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Pol
         ranked = heapq.nsmallest(width, nxt.items(), key=lambda kv: kv[1][0] + sp.bound(kv[0], k))
         layer = dict(ranked)
     return None
+
+
+def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | None = None) -> float | None:
+    """Finish from ``s`` by a fixed rule; its time (None if the rule gets stuck or does not apply).
+
+    Each batch decodes every resident request; if their KV exceeds M (or they exceed R_max),
+    residents are evicted one at a time — largest KV first when ``evict_largest``, else smallest —
+    until the rest fit; then waiting requests are (re)filled, fewest tokens first, while they fit in
+    M, C, P and R_max. The rule never idles a resident, so it needs eviction and hybrid batches.
+    ``moves``: if a list, the batches are appended to it in :func:`.classstate.to_schedule`'s format.
+    """
+    if not (sp.evict and sp.hybrid):
+        return None
+    slots = sp.slots
+    residents = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0),
+                       key=lambda q: slots[q][3], reverse=evict_largest)
+    waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
+    state = list(s)
+    total = 0.0
+    while any(state):
+        run = {q: state[q] for q in residents if state[q]}
+        mem = sum(n * slots[q][3] for q, n in run.items())
+        count = sum(run.values())
+        evicted = {}
+        for q in residents:
+            while run.get(q) and (mem > sp.M or count > sp.R_max):
+                run[q] -= 1
+                evicted[q] = evicted.get(q, 0) + 1
+                mem -= slots[q][3]
+                count -= 1
+        dec_n, dec_kv = count, mem
+        fill: dict[int, int] = {}
+        fill_tok = work = 0
+        for q in waiting:
+            L = slots[q][3]
+            n = min(state[q], (sp.M - mem) // L, (sp.P - fill_tok) // L, (sp.C - dec_n - fill_tok) // L,
+                    sp.R_max - count)
+            if n > 0:
+                fill[q] = n
+                mem += n * L
+                count += n
+                fill_tok += n * L
+                work += n * sp.fill_work(L)
+        if count == 0:
+            return None
+        total += sp.batch_time(dec_n + fill_tok, count, dec_n, dec_kv, count - dec_n, fill_tok, work)
+        nxt = list(state)
+        for q, n in list(run.items()) + list(fill.items()):
+            c, _, t, _, _ = slots[q]
+            nxt[q] -= n
+            if t + 1 < sp.classes[c][1]:
+                nxt[sp.base[c] + sp.classes[c][1] + t + 1] += n
+        for q, e in evicted.items():
+            c, _, t, _, _ = slots[q]
+            nxt[q] -= e
+            nxt[sp.base[c] + t] += e
+        if moves is not None:
+            taken = tuple((q, n) for q, n in sorted({**run, **fill}.items()) if n)
+            moves.append((taken, tuple(sorted(evicted.items())), False))
+        state = nxt
+    return total
+
+
+def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int = 4,
+                 time_budget_s: float = 10.0) -> tuple[Schedule, float] | None:
+    """A good schedule by the pilot method: a beam whose states are ranked by a completed schedule.
+
+    After each batch, every full batch (:meth:`.classstate.ClassStateSpace.successors` with
+    ``greedy``) from the ``width`` kept states is scored by its time so far plus the better of two
+    :func:`rollout` completions, and the ``width`` best are kept. The best completed schedule seen
+    is returned with its search value — it is never worse than the rollouts from the start. Unlike
+    :func:`beam_search`, whose ranking trusts the lower bound (blind to refills and prefill biases to
+    come), the pilot's ranking prices them. None if the rule does not apply (no eviction or no
+    hybrid batches) or time ran out before a first completion.
+    """
+    ok, why = is_applicable(workload, limits, cost, policy)
+    if not ok:
+        raise ValueError(f"pilot_search does not apply: {why}")
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    t0 = time.perf_counter()
+    sp = ClassStateSpace(workload, limits, cost, policy, 0)
+
+    def score(s: tuple) -> tuple[float, bool] | None:
+        vals = [(v, rule) for rule in (True, False) if (v := rollout(sp, s, rule)) is not None]
+        return min(vals) if vals else None
+
+    first = score(sp.start)
+    if first is None:
+        return None
+    best = (first[0], None, sp.start, first[1])            # value, link to s, s, rollout rule
+    layer = {sp.start: (0.0, None)}
+    while layer and time.perf_counter() - t0 <= time_budget_s:
+        nxt: dict = {}
+        for s, (g, link) in layer.items():
+            for ns, dt, move in sp.successors(s, greedy=True):
+                if ns not in nxt or g + dt < nxt[ns][0]:
+                    nxt[ns] = (g + dt, (move, link))
+        ranked = []
+        for ns, (g, link) in nxt.items():
+            sc = score(ns)
+            if sc is not None:
+                ranked.append((g + sc[0], ns, sc[1]))
+                if g + sc[0] < best[0]:
+                    best = (g + sc[0], link, ns, sc[1])
+            if time.perf_counter() - t0 > time_budget_s:
+                break
+        ranked.sort(key=lambda r: r[0])
+        layer = {ns: nxt[ns] for _, ns, _ in ranked[:width] if ns != sp.goal}
+    value, link, s, rule = best
+    moves: list = []
+    while link is not None:
+        move, link = link
+        moves.append(move)
+    moves.reverse()
+    rollout(sp, s, rule, moves)
+    return to_schedule(sp, moves, workload), value

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from infermax import Limits, Workload
 from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
 from infermax.csp import solve_optimal
-from infermax.csp.batchcount import is_applicable, min_batch_count
+from infermax.csp.backends import cpsat
+from infermax.csp.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
 
 
 def _brute_force_batches(workload: Workload, M: int) -> int:
@@ -54,6 +55,37 @@ def test_search_never_exceeds_any_heuristic(cost, inst):
     r = min_batch_count(workload, limits, time_budget_s=5.0)
     for name, h in heuristic_schedules(workload, limits, cost, names=ALL_SCHEDULERS):
         assert r.num_batches <= len(h.schedule), name
+
+
+def _cpsat(model, time_limit_s):
+    return cpsat.solve(model, time_limit_s, threads=2)
+
+
+@pytest.mark.solver
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=5, max_len=6, online=False))
+def test_the_solver_refutes_exactly_the_batch_counts_the_search_rules_out(inst):
+    """From the area bound up, the first Y the count model does not refute is the search's exact least count."""
+    workload, limits = inst
+    if not is_applicable(limits):
+        return
+    exact = min_batch_count(workload, limits, time_budget_s=30.0)
+    assert exact.is_exact
+    classes = [(int(workload.input_lens[i]), int(workload.output_lens[i]), 1) for i in range(len(workload))]
+    area = area_bound(classes, limits.M, limits.R_max)
+    assert area <= exact.num_batches
+    assert refute_batch_counts(classes, limits.M, limits.R_max, area, _cpsat, 60.0) == exact.num_batches
+
+
+@pytest.mark.solver
+def test_the_solver_refutes_the_area_bound_of_ten_requests():
+    """B=10, I=O=16, M=128: the area allows 30 batches; the count model refutes 30 in seconds (the
+    table of batches left cannot be built in a minute) and finds a 31-batch packing."""
+    classes = [(16, 16, 10)]
+    assert area_bound(classes, 128, None) == 30
+    assert refute_batch_counts(classes, 128, None, 30, _cpsat, 60.0) == 31
+    with pytest.raises(ValueError, match="M=20"):
+        refute_batch_counts([(16, 16, 1)], 20, None, 16, _cpsat, 1.0)
 
 
 def test_search_rejects_inapplicable_limits():

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, solve_optimal
-from infermax.csp.search import exact_search, is_applicable
+from infermax.csp.classstate import ClassStateSpace
+from infermax.csp.search import exact_search, is_applicable, pilot_search, rollout
 
 NO_CHUNK = Policy(chunked_prefill=False)
 
@@ -60,6 +61,36 @@ def test_search_bound_is_below_every_heuristic_and_eviction_free_is_no_better(co
     if ef.schedule is not None:
         assert ef.value_s >= free.value_s * (1 - 1e-12)
         assert metrics(replay(ef.schedule, workload, limits, cost))["num_evictions"] == 0
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=4, max_len=5, online=False))
+def test_pilot_schedules_replay_to_their_value_and_never_beat_the_optimum(cost, inst):
+    """Whole fills: the pilot's value is the replayed latency, no better than the optimum, no worse than a
+    rollout from the start; without eviction the rule does not apply."""
+    workload, limits = inst
+    found = pilot_search(workload, limits, cost, NO_CHUNK, width=2, time_budget_s=30)
+    assert found is not None
+    schedule, value = found
+    assert _latency(schedule, workload, limits, cost) == pytest.approx(value, rel=1e-12)
+    free = exact_search(workload, limits, cost, NO_CHUNK, upper_s=10.0, time_budget_s=30)
+    assert value >= free.value_s * (1 - 1e-12)
+    sp = ClassStateSpace(workload, limits, cost, NO_CHUNK, 0)
+    assert value <= min(rollout(sp, sp.start, True), rollout(sp, sp.start, False)) * (1 + 1e-12)
+    assert pilot_search(workload, limits, cost, Policy(allow_eviction=False, chunked_prefill=False)) is None
+
+
+def test_the_pilot_finds_better_schedules_than_the_beam_on_eight_requests(cost):
+    """I = O = 16, M = 128, B = 8 (optimum 0.25248 s, found by A* in 18 minutes): the pilot of width 16
+    is within 0.5% of it in about a second; the beam of width 128 is not."""
+    from infermax.csp.search import beam_search
+
+    w, lim = Workload.from_spec("fixed:I=16,O=16,B=8"), Limits(M=128, C=4096)
+    pilot = pilot_search(w, lim, cost, NO_CHUNK, width=16, time_budget_s=60)
+    beam = beam_search(w, lim, cost, NO_CHUNK, width=128, time_budget_s=60)
+    assert pilot[1] <= 0.25248 * 1.005 < beam[1]
+    with pytest.raises(ValueError, match="width"):
+        pilot_search(w, lim, cost, NO_CHUNK, width=0)
 
 
 def test_stopped_search_still_bounds_the_optimum(cost):
