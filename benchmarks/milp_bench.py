@@ -2,6 +2,7 @@
 
     python benchmarks/milp_bench.py                       # every section, 60 s per solve
     python benchmarks/milp_bench.py --sections grid,scale --time-limit 60 --json out.json
+    python benchmarks/milp_bench.py --sections incumbents
 
 Sections (all numbers are measured by this script on the machine it runs on):
 
@@ -10,6 +11,9 @@ Sections (all numbers are measured by this script on the machine it runs on):
   eviction-free class and the saving, time to proven optimality and gap.
 - scale: fixed:I=16,O=16 with M = 4(I+O) = 128 for B = 2 … 16: the largest B
   proven optimal within the time limit, and the gap left beyond it.
+- incumbents: schedules without proof for B = 8, 12, 16 — beam search (ranked by
+  the lower bound) and the pilot search (ranked by rule-based completions), as
+  latency ratios to the width-128 beam run in the same process.
 - ablation: time to optimality (or the gap left) with one strengthening off, and
   for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
   beam), the aggregated class flows and the per-request model.
@@ -141,6 +145,33 @@ def _search_without_table(B: int, time_limit: float, gap: float) -> dict[str, An
     return row
 
 
+def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
+    """Schedules without proof: beam (ranked by the lower bound) against pilot (ranked by completions)."""
+    from infermax import Limits, Workload, metrics, replay
+    from infermax.costmodel import get_cost_model
+    from infermax.csp.search import beam_search, pilot_search
+
+    lim, cost = Limits.from_spec("M=128,C=4096"), get_cost_model()
+    rows = []
+    for B in [b for b in (8, 12, 16) if b <= max_B]:
+        w = Workload.from_spec(f"fixed:I=16,O=16,B={B}")
+        base = None
+        for kind, width in (("beam", 128), ("beam", 512), ("pilot", 1), ("pilot", 4), ("pilot", 16)):
+            run = beam_search if kind == "beam" else pilot_search
+            t = time.perf_counter()
+            found = run(w, lim, cost, Policy(), width=width, time_budget_s=time_limit)
+            wall = time.perf_counter() - t
+            lat = metrics(replay(found[0], w, lim, cost))["latency_s"] if found is not None else None
+            base = base if base is not None else lat
+            rows.append({"B": B, "search": f"{kind}-{width}", "latency_s": lat, "wall_s": round(wall, 2),
+                         "vs_beam_128": None if lat is None or base is None else round(lat / base, 4),
+                         "batches": len(found[0]) if found is not None else None})
+            print(f"  B={B} / {kind}-{width}: {lat}", file=sys.stderr, flush=True)
+    print(f"\nincumbents (I=O=16, M=128; each search alone, {time_limit} s budget; ratio to beam-128 here)")
+    table(rows, ["B", "search", "latency_s", "vs_beam_128", "batches", "wall_s"])
+    return rows
+
+
 def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
     rows = []
     for label, spec, lim in (("B=2,I=2,O=3,M=5", "fixed:I=2,O=3,B=2", "M=5,C=4096"),
@@ -160,7 +191,7 @@ def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", default="grid,scale,ablation,backends")
+    p.add_argument("--sections", default="grid,scale,incumbents,ablation,backends")
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--gap", type=float, default=1e-4)
     p.add_argument("--max-B", type=int, default=16)
@@ -172,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     for section in args.sections.split(","):
         if section == "grid":
             out["grid"] = run_grid(args.time_limit, args.gap)
+        elif section == "incumbents":
+            out["incumbents"] = run_incumbents(args.time_limit, args.max_B)
         elif section == "scale":
             out["scale"] = run_scale(args.time_limit, args.gap, args.max_B, args.min_B)
         elif section == "ablation":

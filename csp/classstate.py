@@ -16,8 +16,11 @@ counts alone, so the optimal schedule is a shortest path from "all waiting at
 with Y a lower bound on the batches left — the exact batches left of the
 chain-packing relaxation where its table (:class:`.batchcount.RemainingBatches`)
 could be built, else the longest chain, ⌈remaining KV / M⌉ and items / R_max;
-never less than the least total batch count minus the batches spent — and N
-the fewest tokens left. The batches generated from a state are cut exactly:
+never less than the least total batch count minus the batches spent — N
+the fewest tokens left, and the biases those of Y batches of which at least
+⌈KV of the (re)fills left / M⌉ prefill (whole fills, each held in its batch;
+chunked ones merge into whole ones at no more cost, as :mod:`.aggregate`
+argues). The batches generated from a state are cut exactly:
 
 - *lazy eviction*: an idle resident request is evicted only when M or R_max
   would otherwise be exceeded, and only minimal sets — keeping it resident one
@@ -106,20 +109,21 @@ class ClassStateSpace:
         terms = self._terms.get(s)
         if terms is None:
             terms = self._terms[s] = self._bound_terms(s)
-        y, tok, other, any_fill, need_decode = terms
+        y, tok, other, fills, need_decode = terms
         if y == 0:
             return 0.0
         y = max(y, self.min_batches - spent)
-        bias = min(self.db * max(need_decode, y - any_fill) + self.pb * any_fill,      # as many decode batches
-                   self.db * need_decode + self.pb * max(any_fill, y - need_decode))   # as many prefill batches
+        bias = min(self.db * max(need_decode, y - fills) + self.pb * fills,          # as many decode batches
+                   self.db * need_decode + self.pb * max(fills, y - need_decode))   # as many prefill batches
         return max(a * y + b * tok for a, b in self.lines) + other + bias
 
     def _bound_terms(self, s: tuple) -> tuple:
         """The parts of h(s) that do not depend on the batches spent: (batches left, tokens, item costs,
-        whether a fill is left, the decode batches needed without eviction)."""
+        the prefill batches needed — ⌈KV of the fills left / M⌉ — and the decode batches needed without
+        eviction)."""
         chain = kv = tok = items = 0
         other = 0.0
-        any_fill = longest_decode = 0
+        fill_kv = longest_decode = 0
         for c, (I, O, _) in enumerate(self.classes):
             b, tail = self.base[c], self._tail[c]
             for t in range(O):
@@ -132,7 +136,7 @@ class ClassStateSpace:
                     tok += w * (L + tok_t)
                     items += w * (O - t)
                     other += w * (self.pa * self.fill_work(L) + self.pt * L + self.rq + other_t)
-                    any_fill = 1
+                    fill_kv += w * L
                     longest_decode = max(longest_decode, O - t - 1)
                 if r:
                     kv_t, tok_t, other_t = tail[t]
@@ -147,7 +151,8 @@ class ClassStateSpace:
         y = max(chain, -(-kv // self.M), -(-items // self.R_max))       # bounds of the relaxation itself
         if self.rest is not None:
             y = self.rest(self.levels(s), y)
-        return (y, tok, other, any_fill, 0 if self.evict else longest_decode)
+        fills = -(-fill_kv // self.M)         # whole (re)fills of this much KV need this many prefill batches
+        return (y, tok, other, fills, 0 if self.evict else longest_decode)
 
     def levels(self, s: tuple) -> tuple:
         """The relaxation state of ``s``: per class, the sorted items done by each request."""

@@ -111,6 +111,35 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                         num_generated=generated, wall_s=time.perf_counter() - t0)
 
 
+def _width_space(name: str, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int,
+                 rest: "RemainingBatches | None") -> ClassStateSpace:
+    ok, why = is_applicable(workload, limits, cost, policy)
+    if not ok:
+        raise ValueError(f"{name} does not apply: {why}")
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    return ClassStateSpace(workload, limits, cost, policy, 0, rest)
+
+
+def _full_batches(sp: ClassStateSpace, layer: dict) -> dict:
+    """state -> (g, link) one full batch after ``layer`` (state -> (g, link)); link = (move, parent link)."""
+    nxt: dict = {}
+    for s, (g, link) in layer.items():
+        for ns, dt, move in sp.successors(s, greedy=True):
+            if ns not in nxt or g + dt < nxt[ns][0]:
+                nxt[ns] = (g + dt, (move, link))
+    return nxt
+
+
+def _unwind(link) -> list:
+    """The moves of a link chain, first batch first."""
+    moves = []
+    while link is not None:
+        move, link = link
+        moves.append(move)
+    return moves[::-1]
+
+
 def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int = 64,
                 time_budget_s: float = 10.0, rest: "RemainingBatches | None" = None) -> tuple[Schedule, float] | None:
     """A good schedule fast: keep the ``width`` states of least g + h after each batch (not exact).
@@ -119,30 +148,16 @@ def beam_search(workload: Workload, limits: Limits, cost: CostModel, policy: Pol
     before any reached the goal. Used as the upper bound (and MILP hint) where :func:`exact_search`
     cannot finish.
     """
-    ok, why = is_applicable(workload, limits, cost, policy)
-    if not ok:
-        raise ValueError(f"beam_search does not apply: {why}")
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
     t0 = time.perf_counter()
-    sp = ClassStateSpace(workload, limits, cost, policy, 0, rest)
+    sp = _width_space("beam_search", workload, limits, cost, policy, width, rest)
     layer = {sp.start: (0.0, None)}         # state -> (g, link); link = (move, parent link)
     k = 0
     while layer and time.perf_counter() - t0 <= time_budget_s:
         if sp.goal in layer:
             g, link = layer[sp.goal]
-            moves = []
-            while link is not None:
-                move, link = link
-                moves.append(move)
-            return to_schedule(sp, moves[::-1], workload), g
+            return to_schedule(sp, _unwind(link), workload), g
         k += 1
-        nxt: dict = {}
-        for s, (g, link) in layer.items():
-            for ns, dt, move in sp.successors(s, greedy=True):
-                ng = g + dt
-                if ns not in nxt or ng < nxt[ns][0]:
-                    nxt[ns] = (ng, (move, link))
+        nxt = _full_batches(sp, layer)
         ranked = heapq.nsmallest(width, nxt.items(), key=lambda kv: kv[1][0] + sp.bound(kv[0], k))
         layer = dict(ranked)
     return None
@@ -221,13 +236,8 @@ def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     come), the pilot's ranking prices them. None if the rule does not apply (no eviction or no
     hybrid batches) or time ran out before a first completion.
     """
-    ok, why = is_applicable(workload, limits, cost, policy)
-    if not ok:
-        raise ValueError(f"pilot_search does not apply: {why}")
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
     t0 = time.perf_counter()
-    sp = ClassStateSpace(workload, limits, cost, policy, 0)
+    sp = _width_space("pilot_search", workload, limits, cost, policy, width, None)
 
     def score(s: tuple) -> tuple[float, bool] | None:
         vals = [(v, rule) for rule in (True, False) if (v := rollout(sp, s, rule)) is not None]
@@ -239,11 +249,7 @@ def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     best = (first[0], None, sp.start, first[1])            # value, link to s, s, rollout rule
     layer = {sp.start: (0.0, None)}
     while layer and time.perf_counter() - t0 <= time_budget_s:
-        nxt: dict = {}
-        for s, (g, link) in layer.items():
-            for ns, dt, move in sp.successors(s, greedy=True):
-                if ns not in nxt or g + dt < nxt[ns][0]:
-                    nxt[ns] = (g + dt, (move, link))
+        nxt = _full_batches(sp, layer)
         ranked = []
         for ns, (g, link) in nxt.items():
             sc = score(ns)
@@ -256,10 +262,6 @@ def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
         ranked.sort(key=lambda r: r[0])
         layer = {ns: nxt[ns] for _, ns, _ in ranked[:width] if ns != sp.goal}
     value, link, s, rule = best
-    moves: list = []
-    while link is not None:
-        move, link = link
-        moves.append(move)
-    moves.reverse()
+    moves = _unwind(link)
     rollout(sp, s, rule, moves)
     return to_schedule(sp, moves, workload), value
