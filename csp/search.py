@@ -170,58 +170,95 @@ def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | No
     residents are evicted one at a time — largest KV first when ``evict_largest``, else smallest —
     until the rest fit; then waiting requests are (re)filled, fewest tokens first, while they fit in
     M, C, P and R_max. The rule never idles a resident, so it needs eviction and hybrid batches.
+    The rule is deterministic, so the time from every state it passes is remembered on ``sp``.
     ``moves``: if a list, the batches are appended to it in :func:`.classstate.to_schedule`'s format.
     """
     if not (sp.evict and sp.hybrid):
         return None
-    slots = sp.slots
-    residents = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0),
-                       key=lambda q: slots[q][3], reverse=evict_largest)
-    waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
-    state = list(s)
-    total = 0.0
-    while any(state):
-        run = {q: state[q] for q in residents if state[q]}
-        mem = sum(n * slots[q][3] for q, n in run.items())
-        count = sum(run.values())
-        evicted = {}
-        for q in residents:
-            while run.get(q) and (mem > sp.M or count > sp.R_max):
-                run[q] -= 1
-                evicted[q] = evicted.get(q, 0) + 1
-                mem -= slots[q][3]
-                count -= 1
-        dec_n, dec_kv = count, mem
-        fill: dict[int, int] = {}
-        fill_tok = work = 0
-        for q in waiting:
-            L = slots[q][3]
-            n = min(state[q], (sp.M - mem) // L, (sp.P - fill_tok) // L, (sp.C - dec_n - fill_tok) // L,
-                    sp.R_max - count)
-            if n > 0:
-                fill[q] = n
-                mem += n * L
-                count += n
-                fill_tok += n * L
-                work += n * sp.fill_work(L)
-        if count == 0:
+    memo = sp.__dict__.setdefault("_rollouts", {}).setdefault(evict_largest, {})
+    path = []
+    state = s
+    while state != sp.goal and (moves is not None or state not in memo):
+        step = _rule_batch(sp, state, evict_largest)
+        if step is None:
+            memo.update((st, None) for st, _ in path)
+            memo[state] = None
             return None
-        total += sp.batch_time(dec_n + fill_tok, count, dec_n, dec_kv, count - dec_n, fill_tok, work)
-        nxt = list(state)
-        for q, n in list(run.items()) + list(fill.items()):
-            c, _, t, _, _ = slots[q]
-            nxt[q] -= n
-            if t + 1 < sp.classes[c][1]:
-                nxt[sp.base[c] + sp.classes[c][1] + t + 1] += n
-        for q, e in evicted.items():
-            c, _, t, _, _ = slots[q]
-            nxt[q] -= e
-            nxt[sp.base[c] + t] += e
+        nxt, dt, move = step
+        path.append((state, dt))
         if moves is not None:
-            taken = tuple((q, n) for q, n in sorted({**run, **fill}.items()) if n)
-            moves.append((taken, tuple(sorted(evicted.items())), False))
+            moves.append(move)
         state = nxt
+    total = 0.0 if state == sp.goal else memo[state]
+    if total is None:
+        return None
+    for st, dt in reversed(path):
+        total += dt
+        memo[st] = total
     return total
+
+
+def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
+    """(next state, batch time, move) of :func:`rollout`'s rule from ``state``, or None if nothing can run."""
+    order = sp.__dict__.get("_rule_order")
+    if order is None:
+        slots = sp.slots
+        res = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0), key=lambda q: slots[q][3])
+        waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
+        nxt_slot = [sp.base[sl[0]] + sp.classes[sl[0]][1] + sl[2] + 1 if sl[2] + 1 < sp.classes[sl[0]][1] else -1
+                    for sl in slots]
+        order = sp._rule_order = (res, res[::-1], waiting, nxt_slot)
+    res_small, res_large, waiting, nxt_slot = order
+    slots, M = sp.slots, sp.M
+    run = [(q, state[q]) for q in res_small if state[q]]
+    mem = sum(n * slots[q][3] for q, n in run)
+    count = sum(n for _, n in run)
+    evicted = []
+    if mem > M or count > sp.R_max:
+        run = dict(run)
+        for q in (res_large if evict_largest else res_small):
+            n = run.get(q, 0)
+            L = slots[q][3]
+            e = 0
+            while n > e and (mem > M or count > sp.R_max):
+                e += 1
+                mem -= L
+                count -= 1
+            if e:
+                run[q] = n - e
+                evicted.append((slots[q][0], q, e))
+            if mem <= M and count <= sp.R_max:
+                break
+        run = [(q, n) for q, n in run.items() if n]
+    dec_n, dec_kv = count, mem
+    fill = []
+    fill_tok = 0
+    work = 0.0
+    for q in waiting:
+        n = state[q]
+        if not n:
+            continue
+        L = slots[q][3]
+        n = min(n, (M - mem) // L, (sp.P - fill_tok) // L, (sp.C - dec_n - fill_tok) // L, sp.R_max - count)
+        if n > 0:
+            fill.append((q, n))
+            mem += n * L
+            count += n
+            fill_tok += n * L
+            work += n * sp.fill_work(L)
+    if count == 0:
+        return None
+    dt = sp.batch_time(dec_n + fill_tok, count, dec_n, dec_kv, count - dec_n, fill_tok, work)
+    nxt = list(state)
+    for q, n in run + fill:
+        nxt[q] -= n
+        if nxt_slot[q] >= 0:
+            nxt[nxt_slot[q]] += n
+    for c, q, e in evicted:
+        nxt[q] -= e
+        nxt[sp.base[c] + slots[q][2]] += e
+    move = (tuple(sorted(run + fill)), tuple(sorted((q, e) for _, q, e in evicted)), False)
+    return tuple(nxt), dt, move
 
 
 def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int = 4,
