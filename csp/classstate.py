@@ -86,6 +86,7 @@ class ClassStateSpace:
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
         self._terms: dict[tuple, tuple] = {}          # state -> _bound_terms(state)
+        self.memo: dict = {}                           # what a search run over this space remembers
 
     def fill_work(self, L: int) -> float:
         return (L * L + L) / 2 if self.relax else float(L * L)

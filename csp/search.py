@@ -175,7 +175,7 @@ def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | No
     """
     if not (sp.evict and sp.hybrid):
         return None
-    memo = sp.__dict__.setdefault("_rollouts", {}).setdefault(evict_largest, {})
+    memo = sp.memo.setdefault(("rollout", evict_largest), {})
     path = []
     state = s
     while state != sp.goal and (moves is not None or state not in memo):
@@ -200,14 +200,14 @@ def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | No
 
 def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
     """(next state, batch time, move) of :func:`rollout`'s rule from ``state``, or None if nothing can run."""
-    order = sp.__dict__.get("_rule_order")
+    order = sp.memo.get("rule order")
     if order is None:
         slots = sp.slots
         res = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0), key=lambda q: slots[q][3])
         waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
         nxt_slot = [sp.base[sl[0]] + sp.classes[sl[0]][1] + sl[2] + 1 if sl[2] + 1 < sp.classes[sl[0]][1] else -1
                     for sl in slots]
-        order = sp._rule_order = (res, res[::-1], waiting, nxt_slot)
+        order = sp.memo["rule order"] = (res, res[::-1], waiting, nxt_slot)
     res_small, res_large, waiting, nxt_slot = order
     slots, M = sp.slots, sp.M
     run = [(q, state[q]) for q in res_small if state[q]]
