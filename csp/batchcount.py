@@ -307,11 +307,13 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
 
     (the second is Hall's condition for matching item-t+1 slots to earlier item-t slots, first in
     first out). Item t can only run in batches t .. Y - O + t (t items before it, O - 1 - t after).
+    Implied rows that help the solver refute: at most ⌊M/θ⌋ items of at least θ KV in a batch.
     """
     m = Model(name=f"packing-Y{Y}")
     R_max = R_max or sum(n for _, _, n in classes)
     load = [LinExpr() for _ in range(Y)]
     count = [LinExpr() for _ in range(Y)]
+    sized: list[list[tuple[int, object]]] = [[] for _ in range(Y)]     # per batch: (item KV, count variable)
     for c, (I, O, n) in enumerate(classes):
         prev = None
         for t in range(O):
@@ -321,6 +323,7 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
             for j in range(Y):
                 load[j] = load[j] + (I + t) * row[j]
                 count[j] = count[j] + row[j]
+                sized[j].append((I + t, row[j]))
             if prev is not None:
                 done_prev, done = LinExpr(), LinExpr()
                 for j in range(Y):
@@ -332,6 +335,10 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
         m.add(load[j] <= M, "packing-memory")
         if R_max < sum(n for _, _, n in classes):
             m.add(count[j] <= R_max, "packing-running")
+        for theta in sorted({kv for kv, _ in sized[j]}):     # at most ⌊M/θ⌋ items of >= θ KV share a batch
+            big = [x for kv, x in sized[j] if kv >= theta]
+            if len(big) > 1:
+                m.add(sum(big[1:], 1.0 * big[0]) <= M // theta, "packing-count")
     return m
 
 

@@ -40,10 +40,17 @@ def test_search_matches_brute_force(lengths, M, expected):
 
 
 def test_search_proves_what_the_area_bound_cannot():
-    """B=7, I=O=16, M=128: the KV area allows 21 batches, the packing needs 23 (CP-SAT alone cannot show 22
-    is impossible in 150 s)."""
+    """B=7, I=O=16, M=128: the KV area allows 21 batches, the packing needs 23."""
     r = min_batch_count(Workload.from_lengths([16] * 7, [16] * 7), Limits(M=128, C=4096))
     assert (r.num_batches, r.is_exact) == (23, True)
+
+
+@pytest.mark.slow
+@pytest.mark.solver
+def test_the_count_rows_let_the_solver_refute_22_batches_for_seven_requests():
+    """The same B=7 instance by the count model: 22 refuted in 10-20 s here (without the ⌊M/θ⌋ rows CP-SAT
+    did not decide 22 in 30 s)."""
+    assert refute_batch_counts([(16, 16, 7)], 128, None, 21, _cpsat, 120.0) == 23
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
