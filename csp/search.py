@@ -271,7 +271,8 @@ def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     is returned with its search value — it is never worse than the rollouts from the start. Unlike
     :func:`beam_search`, whose ranking trusts the lower bound (blind to refills and prefill biases to
     come), the pilot's ranking prices them. None if the rule does not apply (no eviction or no
-    hybrid batches) or time ran out before a first completion.
+    hybrid batches) or gets stuck from the start; the start's rollouts always finish, whatever the
+    time budget.
     """
     t0 = time.perf_counter()
     sp = _width_space("pilot_search", workload, limits, cost, policy, width, None)
