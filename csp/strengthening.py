@@ -18,7 +18,10 @@ None of these change the set of optimal values; each is measured in
   G >= t, decode KV read and phase KV in tight big-M form, prefill tokens <=
   min(P, M)·yp_j, segment s_jq <= L_q·y_j, and perspective tangents of the
   squares, q >= 2a·c - a²·cz (c = 0 unless cz = 1), which charge a fractional
-  chunk as if it were whole.
+  chunk as if it were whole. Online, the last batch ends no earlier than T_i
+  plus what request i alone puts into the times of its batches (f(0), its
+  tokens at the first slope, its decode or prefill bias, its decode KV and
+  prefill work): those batches start after its arrival, one after another.
 - Symmetry: interchangeable requests (same I, O, arrival) are ordered
   lexicographically by their progress vectors (G_i1, …, G_iJ), or by completion.
 - Dominance (objectives monotone in batch time only): never evict a request in
@@ -36,6 +39,7 @@ from infermax.types import Limits, Workload
 
 from .formulation import Formulation, num_identical_classes
 from .model import LinExpr
+from .objectives import linear_coefficients
 
 SYMMETRY_MODES = ("none", "completion", "lex")
 
@@ -127,6 +131,8 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
         m.add(sum(v.c[i][1:], 1.0 * v.c[i][0]) == Pk + sum(v.ev[i][1:], 1.0 * v.ev[i][0]), "cut-work")
         m.add(sum(v.cz[i][1:], 1.0 * v.cz[i][0]) >= O, "cut-count")
         m.add(sum(v.k[i][1:], 1.0 * v.k[i][0]) >= O * I + O * (O - 1) // 2, "cut-memory-time")
+        if getattr(v, "end", None) and fm.workload.arrivals_s[i] > 0:
+            m.add(v.end[J - 1] >= float(fm.workload.arrivals_s[i]) + _own_batch_time(fm, i), "cut-arrival")
         for j in range(J):
             s = j
             if fm.policy.allow_eviction:
@@ -143,6 +149,22 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
                 m.add(sq >= x, "cut-square")
                 for a in _tangent_points(int(m.ub[x.index])):     # perspective: x = 0 unless on = 1
                     m.add(sq >= 2 * a * x - a * a * on, "cut-square")
+
+
+def _own_batch_time(fm: Formulation, i: int) -> LinExpr:
+    """Σ over request i's batches of what t_j holds because of i alone (each term is one of t_j's):
+    f(0) per batch, the first segment's slope per token of i, the decode or prefill bias, i's decode KV
+    and prefill work."""
+    v, J = fm.v, fm.horizon
+    k = linear_coefficients(fm.cost)
+    slope = v.segs[0][1]
+    e = LinExpr()
+    for j in range(J):
+        e = e + (v.f0 + k.prefill_bias_s) * v.cz[i][j] + slope * v.c[i][j] \
+            + (k.decode_bias_s - k.prefill_bias_s) * v.dp[i][j] + k.decode_kv_s * v.kvd[i][j]
+        if getattr(v, "pw", None) and v.pw[i][j] is not None:
+            e = e + k.prefill_attn_s * v.pw[i][j]
+    return e
 
 
 def _tangent_points(ub: int, num: int = 12) -> list[int]:

@@ -51,6 +51,18 @@ def test_optimum_beats_every_heuristic_and_its_eviction_free_class(cost, inst):
     assert ef.objective >= r.objective * (1 - 2e-4)
 
 
+@pytest.mark.solver
+def test_a_late_arrival_is_bounded_by_its_own_batches(cost):
+    """Found by the property test above: without the arrival cut the bound stayed at the arrival
+    (0.4994 s) and CP-SAT could not close the gap in 30 s; request 2 still needs four batches after it."""
+    w = Workload.from_lengths([1, 1, 1], [3, 4, 4], [0.0, 0.0, 0.49938852138006495])
+    lim = Limits(M=7, C=8, P=8)
+    r = solve_optimal(w, lim, cost, time_limit_s=30, rel_gap=1e-6)
+    assert r.status == "optimal"
+    assert r.bound >= 0.49938852138006495 + 4 * 0.009
+    _replays(r, w, lim, cost)
+
+
 def test_policy_class_optimum_is_no_worse_than_its_heuristic(cost):
     w, lim = Workload.from_lengths([5, 3, 6, 2], [3, 4, 2, 3]), Limits(M=12, C=64)
     for name in ("vllm", "sarathi-nohy", "vllm-ef"):
