@@ -311,8 +311,6 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
     """
     m = Model(name=f"packing-Y{Y}")
     R_max = R_max or sum(n for _, _, n in classes)
-    load = [LinExpr() for _ in range(Y)]
-    count = [LinExpr() for _ in range(Y)]
     sized: list[list[tuple[int, object]]] = [[] for _ in range(Y)]     # per batch: (item KV, count variable)
     for c, (I, O, n) in enumerate(classes):
         prev = None
@@ -321,8 +319,6 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
                    for j in range(Y)]
             m.add(sum(row[1:], 1.0 * row[0]) == n, "packing-items")
             for j in range(Y):
-                load[j] = load[j] + (I + t) * row[j]
-                count[j] = count[j] + row[j]
                 sized[j].append((I + t, row[j]))
             if prev is not None:
                 done_prev, done = LinExpr(), LinExpr()
@@ -332,9 +328,9 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
                     done_prev = done_prev + prev[j]
             prev = row
     for j in range(Y):
-        m.add(load[j] <= M, "packing-memory")
+        m.add(sum((kv * x for kv, x in sized[j]), LinExpr()) <= M, "packing-memory")
         if R_max < sum(n for _, _, n in classes):
-            m.add(count[j] <= R_max, "packing-running")
+            m.add(sum((x for _, x in sized[j]), LinExpr()) <= R_max, "packing-running")
         for theta in sorted({kv for kv, _ in sized[j]}):     # at most ⌊M/θ⌋ items of >= θ KV share a batch
             big = [x for kv, x in sized[j] if kv >= theta]
             if len(big) > 1:

@@ -82,11 +82,27 @@ class ClassStateSpace:
             self.base.append(len(self.slots))
             self.slots += [(c, False, t, I + t, 0) for t in range(O)]
             self.slots += [(c, True, t, I + t, I + t - 1) for t in range(O)]
+        # where a slot's requests go: after running an item (-1 when that was their last), when evicted
+        self.next_slot = [self.base[c] + self.classes[c][1] + t + 1 if t + 1 < self.classes[c][1] else -1
+                          for c, _, t, _, _ in self.slots]
+        self.waiting_slot = [self.base[c] + t for c, _, t, _, _ in self.slots]
         self.start = tuple(x for I, O, idx in self.classes for x in [len(idx)] + [0] * (2 * O - 1))
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
         self._terms: dict[tuple, tuple] = {}          # state -> _bound_terms(state)
         self.memo: dict = {}                           # what a search run over this space remembers
+
+    def advance(self, s: tuple, taken, evicted) -> tuple:
+        """The state after a batch that runs ``taken`` ((slot, count) pairs) and evicts ``evicted``."""
+        ns = list(s)
+        for q, d in taken:
+            ns[q] -= d
+            if self.next_slot[q] >= 0:
+                ns[self.next_slot[q]] += d
+        for q, e in evicted:
+            ns[q] -= e
+            ns[self.waiting_slot[q]] += e
+        return tuple(ns)
 
     def fill_work(self, L: int) -> float:
         return (L * L + L) / 2 if self.relax else float(L * L)
@@ -236,16 +252,12 @@ class ClassStateSpace:
                           min(smallest, h) if e else smallest)
 
         def emit(evicted: tuple) -> None:
-            ns = list(s)
             tokens = dec_kv = dec_n = fill_n = fill_tok = conv_tok = 0
             work = conv_work = 0.0
             for q, d in zip(groups, take):
                 if not d:
                     continue
-                c, resident, t, L, _ = slots[q]
-                ns[q] -= d
-                if t + 1 < self.classes[c][1]:
-                    ns[self.base[c] + self.classes[c][1] + t + 1] += d
+                _, resident, _, L, _ = slots[q]
                 if resident:
                     dec_kv += d * L
                     dec_n += d
@@ -255,10 +267,6 @@ class ClassStateSpace:
                     fill_tok += d * L
                     fill_n += d
                     work += d * self.fill_work(L)
-            for q, e in evicted:
-                c, _, t, _, _ = slots[q]
-                ns[q] -= e
-                ns[self.base[c] + t] += e
             tokens = dec_n + fill_tok
             items = dec_n + fill_n
             plain = convert = math.inf
@@ -268,7 +276,8 @@ class ClassStateSpace:
                 convert = self.batch_time(tokens + conv_tok, items, 0, 0, items, tokens + conv_tok,
                                           work + conv_work)
             if plain < math.inf or convert < math.inf:
-                out.append((tuple(ns), min(plain, convert), (tuple(zip(groups, take)), evicted, convert < plain)))
+                taken = tuple(zip(groups, take))
+                out.append((self.advance(s, taken, evicted), min(plain, convert), (taken, evicted, convert < plain)))
 
         choose(0, 0, held_all, 0, 0)
         return out
@@ -293,22 +302,20 @@ def to_schedule(sp: ClassStateSpace, moves: list, workload: Workload) -> Schedul
     for taken, evicted, convert in moves:
         run, tokens, ev, arrive = [], [], [], []
         for q, d in taken:
-            c, resident, t, L, _ = sp.slots[q]
-            O = sp.classes[c][1]
+            _, resident, _, L, _ = sp.slots[q]
             for _ in range(d):
                 i = queues[q].popleft()
                 run.append(i)
                 tokens.append(L if (not resident or convert) else 1)
                 if resident and convert:
                     ev.append(i)
-                if t + 1 < O:
-                    arrive.append((sp.base[c] + O + t + 1, i))
+                if sp.next_slot[q] >= 0:
+                    arrive.append((sp.next_slot[q], i))
         for q, e in evicted:
-            c, _, t, _, _ = sp.slots[q]
             for _ in range(e):
                 i = queues[q].popleft()
                 ev.append(i)
-                queues[sp.base[c] + t].append(i)
+                queues[sp.waiting_slot[q]].append(i)
         for q, i in arrive:
             queues[q].append(i)
         order = np.argsort(run, kind="stable")

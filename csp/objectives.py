@@ -181,6 +181,22 @@ def batch_times(fm: Formulation, exact: bool) -> list[LinExpr]:
     return out
 
 
+def own_batch_time(fm: Formulation, i: int) -> LinExpr:
+    """A lower bound on Σ_j t_j over request i's batches from its own variables: per batch f(0) and
+    its decode or prefill bias (yd_j >= dp_ij, yp_j >= cz_ij - dp_ij), its tokens at the first (least)
+    segment slope, and its own decode-KV and prefill-work terms of :func:`batch_times`."""
+    v, J = fm.v, fm.horizon
+    k = linear_coefficients(fm.cost)
+    slope = v.segs[0][1]
+    e = LinExpr()
+    for j in range(J):
+        e = e + (v.f0 + k.prefill_bias_s) * v.cz[i][j] + slope * v.c[i][j] \
+            + (k.decode_bias_s - k.prefill_bias_s) * v.dp[i][j] + k.decode_kv_s * v.kvd[i][j]
+        if getattr(v, "pw", None) and v.pw[i][j] is not None:
+            e = e + k.prefill_attn_s * v.pw[i][j]
+    return e
+
+
 def max_batch_time_s(fm: Formulation) -> float:
     """An upper bound on any single batch's time under the limits (for time big-Ms)."""
     k = linear_coefficients(fm.cost)

@@ -205,10 +205,8 @@ def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
         slots = sp.slots
         res = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0), key=lambda q: slots[q][3])
         waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
-        nxt_slot = [sp.base[sl[0]] + sp.classes[sl[0]][1] + sl[2] + 1 if sl[2] + 1 < sp.classes[sl[0]][1] else -1
-                    for sl in slots]
-        order = sp.memo["rule order"] = (res, res[::-1], waiting, nxt_slot)
-    res_small, res_large, waiting, nxt_slot = order
+        order = sp.memo["rule order"] = (res, res[::-1], waiting)
+    res_small, res_large, waiting = order
     slots, M = sp.slots, sp.M
     run = [(q, state[q]) for q in res_small if state[q]]
     mem = sum(n * slots[q][3] for q, n in run)
@@ -226,7 +224,7 @@ def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
                 count -= 1
             if e:
                 run[q] = n - e
-                evicted.append((slots[q][0], q, e))
+                evicted.append((q, e))
             if mem <= M and count <= sp.R_max:
                 break
         run = [(q, n) for q, n in run.items() if n]
@@ -249,16 +247,8 @@ def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
     if count == 0:
         return None
     dt = sp.batch_time(dec_n + fill_tok, count, dec_n, dec_kv, count - dec_n, fill_tok, work)
-    nxt = list(state)
-    for q, n in run + fill:
-        nxt[q] -= n
-        if nxt_slot[q] >= 0:
-            nxt[nxt_slot[q]] += n
-    for c, q, e in evicted:
-        nxt[q] -= e
-        nxt[sp.base[c] + slots[q][2]] += e
-    move = (tuple(sorted(run + fill)), tuple(sorted((q, e) for _, q, e in evicted)), False)
-    return tuple(nxt), dt, move
+    taken, evicted = tuple(sorted(run + fill)), tuple(sorted(evicted))
+    return sp.advance(state, taken, evicted), dt, (taken, evicted, False)
 
 
 def pilot_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int = 4,

@@ -39,7 +39,7 @@ from infermax.types import Limits, Workload
 
 from .formulation import Formulation, num_identical_classes
 from .model import LinExpr
-from .objectives import linear_coefficients
+from .objectives import own_batch_time
 
 SYMMETRY_MODES = ("none", "completion", "lex")
 
@@ -132,7 +132,7 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
         m.add(sum(v.cz[i][1:], 1.0 * v.cz[i][0]) >= O, "cut-count")
         m.add(sum(v.k[i][1:], 1.0 * v.k[i][0]) >= O * I + O * (O - 1) // 2, "cut-memory-time")
         if getattr(v, "end", None) and fm.workload.arrivals_s[i] > 0:
-            m.add(v.end[J - 1] >= float(fm.workload.arrivals_s[i]) + _own_batch_time(fm, i), "cut-arrival")
+            m.add(v.end[J - 1] >= float(fm.workload.arrivals_s[i]) + own_batch_time(fm, i), "cut-arrival")
         for j in range(J):
             s = j
             if fm.policy.allow_eviction:
@@ -149,22 +149,6 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
                 m.add(sq >= x, "cut-square")
                 for a in _tangent_points(int(m.ub[x.index])):     # perspective: x = 0 unless on = 1
                     m.add(sq >= 2 * a * x - a * a * on, "cut-square")
-
-
-def _own_batch_time(fm: Formulation, i: int) -> LinExpr:
-    """Σ over request i's batches of what t_j holds because of i alone (each term is one of t_j's):
-    f(0) per batch, the first segment's slope per token of i, the decode or prefill bias, i's decode KV
-    and prefill work."""
-    v, J = fm.v, fm.horizon
-    k = linear_coefficients(fm.cost)
-    slope = v.segs[0][1]
-    e = LinExpr()
-    for j in range(J):
-        e = e + (v.f0 + k.prefill_bias_s) * v.cz[i][j] + slope * v.c[i][j] \
-            + (k.decode_bias_s - k.prefill_bias_s) * v.dp[i][j] + k.decode_kv_s * v.kvd[i][j]
-        if getattr(v, "pw", None) and v.pw[i][j] is not None:
-            e = e + k.prefill_attn_s * v.pw[i][j]
-    return e
 
 
 def _tangent_points(ub: int, num: int = 12) -> list[int]:
