@@ -66,6 +66,8 @@ class ClassStateSpace:
                  rest: "RemainingBatches | None" = None):
         k = linear_coefficients(cost)
         self.lines = tuple(k.nonattn_lines)
+        # f(N) for the token counts batches have (at most min(C, M): a batch's tokens never exceed its KV)
+        self._f = [max(a + b * n for a, b in self.lines) for n in range(min(limits.C, limits.M, 1 << 16) + 1)]
         self.db, self.dk, self.pb, self.pa = k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s
         self.pt, self.rq = k.prefill_token_s, getattr(k, "request_s", 0.0)
         self.M, self.C, self.P = limits.M, limits.C, limits.P
@@ -86,6 +88,7 @@ class ClassStateSpace:
         self.next_slot = [self.base[c] + self.classes[c][1] + t + 1 if t + 1 < self.classes[c][1] else -1
                           for c, _, t, _, _ in self.slots]
         self.waiting_slot = [self.base[c] + t for c, _, t, _, _ in self.slots]
+        self.slot_fill_work = [self.fill_work(L) for _, _, _, L, _ in self.slots]
         self.start = tuple(x for I, O, idx in self.classes for x in [len(idx)] + [0] * (2 * O - 1))
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
@@ -94,15 +97,22 @@ class ClassStateSpace:
 
     def advance(self, s: tuple, taken, evicted) -> tuple:
         """The state after a batch that runs ``taken`` ((slot, count) pairs) and evicts ``evicted``."""
-        ns = list(s)
-        for q, d in taken:
-            ns[q] -= d
-            if self.next_slot[q] >= 0:
-                ns[self.next_slot[q]] += d
+        ns = self.advance_list(s, taken)
         for q, e in evicted:
             ns[q] -= e
             ns[self.waiting_slot[q]] += e
         return tuple(ns)
+
+    def advance_list(self, s: tuple, taken) -> list:
+        """:meth:`advance` without evictions, as a list."""
+        ns = list(s)
+        next_slot = self.next_slot
+        for q, d in taken:
+            if d:
+                ns[q] -= d
+                if next_slot[q] >= 0:
+                    ns[next_slot[q]] += d
+        return ns
 
     def fill_work(self, L: int) -> float:
         return (L * L + L) / 2 if self.relax else float(L * L)
@@ -129,10 +139,16 @@ class ClassStateSpace:
         y, tok, other, fills, need_decode = terms
         if y == 0:
             return 0.0
-        y = max(y, self.min_batches - spent)
-        bias = min(self.db * max(need_decode, y - fills) + self.pb * fills,          # as many decode batches
-                   self.db * need_decode + self.pb * max(fills, y - need_decode))   # as many prefill batches
-        return max(a * y + b * tok for a, b in self.lines) + other + bias
+        if y < self.min_batches - spent:
+            y = self.min_batches - spent
+        db, pb = self.db, self.pb
+        bias = min(db * max(need_decode, y - fills) + pb * fills,          # as many decode batches
+                   db * need_decode + pb * max(fills, y - need_decode))   # as many prefill batches
+        line = -math.inf
+        for a, b in self.lines:
+            if a * y + b * tok > line:
+                line = a * y + b * tok
+        return line + other + bias
 
     def _bound_terms(self, s: tuple) -> tuple:
         """The parts of h(s) that do not depend on the batches spent: (batches left, tokens, item costs,
@@ -184,11 +200,15 @@ class ClassStateSpace:
             out += [O] * left
         return tuple(out)
 
-    def successors(self, s: tuple, greedy: bool = False):
+    def successors(self, s: tuple, greedy: bool = False, budget: float = math.inf, spent: int = 0):
         """(next state, batch time, move) for every batch allowed from ``s`` (lazy, minimal evictions).
 
         greedy: only batches to which no further item fits — with whatever evictions that needs, or
         without any (a heuristic cut for :func:`beam_search`, not exact).
+        budget: leave out batches whose time plus :meth:`bound` after them (``spent`` batches in) exceeds
+        it. The items a batch runs fix the levels after it; of its eviction variants, the one evicting
+        nobody has the least bound (an evicted request's refill costs at least its decode, as
+        :func:`.search.is_applicable` checks, and adds to the fills), so that one is tested for all.
         """
         slots, M, P, R_max = self.slots, self.M, self.P, self.R_max
         groups = [q for q, n in enumerate(s) if n and not (slots[q][1] and slots[q][2] == 0)]
@@ -197,15 +217,19 @@ class ClassStateSpace:
         out: list = []
         held_all = sum(slots[q][4] * s[q] for q in groups)           # idle residents' KV if nobody runs
         residents_all = sum(s[q] for q in groups if slots[q][1])
+        fill_work = self.slot_fill_work
 
-        def choose(g: int, mem: int, held: int, items: int, fill_tok: int) -> None:
-            """Pick how many of group g run; mem: KV of running items, held: KV of residents not running."""
+        def choose(g: int, mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
+                   dec_work: float) -> None:
+            """Pick how many of group g run; mem: KV of running items, held: KV of residents not running;
+            dec_n: decodes; work, dec_work: the fill work of the fills, of the decodes (if refilled)."""
             if g == G:
                 if items:
-                    close(mem, held, items, fill_tok)
+                    close(mem, held, items, fill_tok, dec_n, work, dec_work)
                 return
             q = groups[g]
             _, resident, _, L, h = slots[q]
+            fw = fill_work[q]
             for d in range(s[q] + 1):
                 if d:
                     mem += L
@@ -214,18 +238,50 @@ class ClassStateSpace:
                     if resident:
                         held -= h
                 take[g] = d
-                choose(g + 1, mem, held, items + d, fill_tok + (0 if resident else d * L))
+                if resident:
+                    choose(g + 1, mem, held, items + d, fill_tok, dec_n + d, work, dec_work + d * fw)
+                else:
+                    choose(g + 1, mem, held, items + d, fill_tok + d * L, dec_n, work + d * fw, dec_work)
             take[g] = 0
 
-        def close(mem: int, held: int, items: int, fill_tok: int) -> None:
+        def close(mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
+                  dec_work: float) -> None:
             if greedy and not is_full(mem, held, fill_tok):
                 return
-            running = items + residents_all - sum(d for q, d in zip(groups, take) if slots[q][1])
-            if mem + held <= M and running <= R_max:
-                emit(())
-            elif self.evict:
-                idle = [(q, s[q] - d) for q, d in zip(groups, take) if slots[q][1] and s[q] > d]
-                evictions(idle, 0, M - mem, held, running, [], 10 ** 9)
+            running = items + residents_all - dec_n
+            fits = mem + held <= M and running <= R_max
+            if not (fits or self.evict):
+                return
+            # price the batch: plainly, or with every decode turned into an evict-and-refill
+            dec_kv = mem - fill_tok
+            tokens = dec_n + fill_tok
+            plain = convert = math.inf
+            if (self.hybrid or not (dec_n and fill_tok)) and tokens <= self.C:
+                plain = self.batch_time(tokens, items, dec_n, dec_kv, items - dec_n, fill_tok, work)
+            if self.evict and dec_n and fill_tok + dec_kv <= min(self.C, P):
+                convert = self.batch_time(fill_tok + dec_kv, items, 0, 0, items, fill_tok + dec_kv,
+                                          work + dec_work)
+            if plain == convert == math.inf:
+                return
+            dt = min(plain, convert)
+            taken = tuple(zip(groups, take))
+            base = self.advance_list(s, taken)
+            if budget < math.inf and dt + self.bound(tuple(base), spent) > budget:
+                return
+            move = (taken, (), convert < plain)
+            if fits:
+                out.append((tuple(base), dt, move))
+                return
+            idle = [(q, s[q] - d) for q, d in zip(groups, take) if slots[q][1] and s[q] > d]
+            sets: list = []
+            evictions(idle, 0, M - mem, held, running, [], 10 ** 9, sets)
+            waiting_slot = self.waiting_slot
+            for evicted in sets:
+                ns = base.copy()
+                for q, e in evicted:
+                    ns[q] -= e
+                    ns[waiting_slot[q]] += e
+                out.append((tuple(ns), dt, (taken, evicted, move[2])))
 
         def is_full(mem: int, held: int, fill_tok: int) -> bool:
             fits = fits_kept = False
@@ -237,54 +293,29 @@ class ClassStateSpace:
                         fits_kept = fits_kept or mem + held + L - (h if resident else 0) <= M
             return not fits or (mem + held <= M and not fits_kept)
 
-        def evictions(idle, k: int, room: int, held: int, running: int, chosen: list, smallest: int) -> None:
-            """Minimal eviction sets: after them KV <= M and running <= R_max; without any one, not."""
+        def evictions(idle, k: int, room: int, held: int, running: int, chosen: list, smallest: int,
+                      sets: list) -> None:
+            """Minimal eviction sets (appended to ``sets``): after them KV <= M and running <= R_max; without
+            any one, not."""
             if held + smallest <= room and running + 1 <= R_max:
                 return                              # an evicted request could stay: not minimal, ever
             if k == len(idle):
                 if held <= room and running <= R_max:
-                    emit(tuple(chosen))
+                    sets.append(tuple(chosen))
                 return
             q, n = idle[k]
             h = slots[q][4]
             for e in range(n + 1):
                 evictions(idle, k + 1, room, held - e * h, running - e, chosen + [(q, e)] if e else chosen,
-                          min(smallest, h) if e else smallest)
+                          min(smallest, h) if e else smallest, sets)
 
-        def emit(evicted: tuple) -> None:
-            tokens = dec_kv = dec_n = fill_n = fill_tok = conv_tok = 0
-            work = conv_work = 0.0
-            for q, d in zip(groups, take):
-                if not d:
-                    continue
-                _, resident, _, L, _ = slots[q]
-                if resident:
-                    dec_kv += d * L
-                    dec_n += d
-                    conv_tok += d * (L - 1)
-                    conv_work += d * self.fill_work(L)
-                else:
-                    fill_tok += d * L
-                    fill_n += d
-                    work += d * self.fill_work(L)
-            tokens = dec_n + fill_tok
-            items = dec_n + fill_n
-            plain = convert = math.inf
-            if (self.hybrid or not (dec_n and fill_n)) and tokens <= self.C:
-                plain = self.batch_time(tokens, items, dec_n, dec_kv, fill_n, fill_tok, work)
-            if self.evict and dec_n and tokens + conv_tok <= min(self.C, P):
-                convert = self.batch_time(tokens + conv_tok, items, 0, 0, items, tokens + conv_tok,
-                                          work + conv_work)
-            if plain < math.inf or convert < math.inf:
-                taken = tuple(zip(groups, take))
-                out.append((self.advance(s, taken, evicted), min(plain, convert), (taken, evicted, convert < plain)))
-
-        choose(0, 0, held_all, 0, 0)
+        choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0)
         return out
 
     def batch_time(self, tokens: int, items: int, dec_n: int, dec_kv: int, fill_n: int, fill_tok: int,
                    work: float) -> float:
-        t = max(a + b * tokens for a, b in self.lines) + self.rq * items
+        f = self._f[tokens] if tokens < len(self._f) else max(a + b * tokens for a, b in self.lines)
+        t = f + self.rq * items
         if dec_n:
             t += self.db + self.dk * dec_kv
         if fill_n:

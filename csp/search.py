@@ -96,7 +96,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
         if g > best[s]:
             continue
         expanded += 1
-        for ns, dt, move in sp.successors(s):
+        for ns, dt, move in sp.successors(s, budget=cutoff - g, spent=k + 1):
             ng = g + dt
             if ng < best.get(ns, math.inf):
                 fv = ng + sp.bound(ns, k + 1)
