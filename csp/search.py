@@ -203,51 +203,51 @@ def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
     order = sp.memo.get("rule order")
     if order is None:
         slots = sp.slots
-        res = sorted((q for q, sl in enumerate(slots) if sl[1] and sl[2] > 0), key=lambda q: slots[q][3])
-        waiting = sorted((q for q, sl in enumerate(slots) if not sl[1]), key=lambda q: slots[q][3])
+        res = sorted(((q, sl[3]) for q, sl in enumerate(slots) if sl[1] and sl[2] > 0), key=lambda x: x[1])
+        waiting = sorted(((q, sl[3]) for q, sl in enumerate(slots) if not sl[1]), key=lambda x: x[1])
         order = sp.memo["rule order"] = (res, res[::-1], waiting)
     res_small, res_large, waiting = order
-    slots, M = sp.slots, sp.M
-    run = [(q, state[q]) for q in res_small if state[q]]
-    mem = sum(n * slots[q][3] for q, n in run)
-    count = sum(n for _, n in run)
+    M, R_max = sp.M, sp.R_max
+    run = {}
+    mem = count = 0
+    for q, L in res_small:
+        n = state[q]
+        if n:
+            run[q] = n
+            mem += n * L
+            count += n
     evicted = []
-    if mem > M or count > sp.R_max:
-        run = dict(run)
-        for q in (res_large if evict_largest else res_small):
+    if mem > M or count > R_max:
+        for q, L in (res_large if evict_largest else res_small):
             n = run.get(q, 0)
-            L = slots[q][3]
-            e = 0
-            while n > e and (mem > M or count > sp.R_max):
-                e += 1
-                mem -= L
-                count -= 1
-            if e:
-                run[q] = n - e
-                evicted.append((q, e))
-            if mem <= M and count <= sp.R_max:
+            if not n:
+                continue
+            e = min(n, max(-(-(mem - M) // L), count - R_max))   # fewest of this group that make room
+            run[q] = n - e
+            evicted.append((q, e))
+            mem -= e * L
+            count -= e
+            if mem <= M and count <= R_max:
                 break
-        run = [(q, n) for q, n in run.items() if n]
     dec_n, dec_kv = count, mem
-    fill = []
+    taken = [(q, n) for q, n in run.items() if n]
     fill_tok = 0
     work = 0.0
-    for q in waiting:
+    for q, L in waiting:
         n = state[q]
         if not n:
             continue
-        L = slots[q][3]
-        n = min(n, (M - mem) // L, (sp.P - fill_tok) // L, (sp.C - dec_n - fill_tok) // L, sp.R_max - count)
+        n = min(n, (M - mem) // L, (sp.P - fill_tok) // L, (sp.C - dec_n - fill_tok) // L, R_max - count)
         if n > 0:
-            fill.append((q, n))
+            taken.append((q, n))
             mem += n * L
             count += n
             fill_tok += n * L
-            work += n * sp.fill_work(L)
+            work += n * sp.slot_fill_work[q]
     if count == 0:
         return None
     dt = sp.batch_time(dec_n + fill_tok, count, dec_n, dec_kv, count - dec_n, fill_tok, work)
-    taken, evicted = tuple(sorted(run + fill)), tuple(sorted(evicted))
+    taken, evicted = tuple(taken), tuple(evicted)
     return sp.advance(state, taken, evicted), dt, (taken, evicted, False)
 
 
