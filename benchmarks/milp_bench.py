@@ -3,6 +3,7 @@
     python benchmarks/milp_bench.py                       # every section, 60 s per solve
     python benchmarks/milp_bench.py --sections grid,scale --time-limit 60 --json out.json
     python benchmarks/milp_bench.py --sections incumbents
+    python benchmarks/milp_bench.py --sections astar --time-limit 300
 
 Sections (all numbers are measured by this script on the machine it runs on):
 
@@ -14,6 +15,8 @@ Sections (all numbers are measured by this script on the machine it runs on):
 - incumbents: schedules without proof for B = 8, 12, 16 — beam search (ranked by
   the lower bound) and the pilot search (ranked by rule-based completions), as
   latency ratios to the width-128 beam run in the same process.
+- astar: the exact search with and without its successor cut, B = 5 … 8, as
+  a wall-time ratio (same expansions, same optimum).
 - ablation: time to optimality (or the gap left) with one strengthening off, and
   for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
   beam), the aggregated class flows and the per-request model.
@@ -172,6 +175,36 @@ def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     return rows
 
 
+def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
+    """A* with and without the successor cut (batches that cannot beat the cutoff dropped before their
+    evictions are enumerated), from the same table and pilot incumbent, as a wall-time ratio."""
+    from infermax import Limits, Workload
+    from infermax.costmodel import get_cost_model
+    from infermax.csp.batchcount import RemainingBatches
+    from infermax.csp.search import exact_search, pilot_search
+
+    lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
+    rows = []
+    for B in [b for b in (5, 6, 7, 8) if b <= max_B]:
+        w = Workload.from_spec(f"fixed:I=16,O=16,B={B}")
+        rest = RemainingBatches([(16, 16, B)], lim.M, lim.R_max, time_budget_s=time_limit)
+        upper = pilot_search(w, lim, cost, policy, width=16, time_budget_s=time_limit)[1]
+        runs = {}
+        for cut in (False, True):
+            found = exact_search(w, lim, cost, policy, upper_s=upper, time_budget_s=time_limit, rel_gap=1e-4,
+                                 min_batches=rest.num_batches, rest=rest, cut_successors=cut)
+            runs[cut] = found
+            print(f"  B={B} / cut={cut}: {found.wall_s:.1f} s", file=sys.stderr, flush=True)
+        both = all(f.is_complete for f in runs.values())
+        rows.append({"B": B, "expanded": runs[True].num_expanded, "same_result": both and
+                     runs[True].value_s == runs[False].value_s and runs[True].num_expanded == runs[False].num_expanded,
+                     "uncut_s": round(runs[False].wall_s, 2), "cut_s": round(runs[True].wall_s, 2),
+                     "cut_vs_uncut": round(runs[True].wall_s / runs[False].wall_s, 3) if both else None})
+    print(f"\nA* successor cut (I=O=16, M=128; same table and incumbent; {time_limit} s budget each)")
+    table(rows, ["B", "expanded", "same_result", "uncut_s", "cut_s", "cut_vs_uncut"])
+    return rows
+
+
 def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
     rows = []
     for label, spec, lim in (("B=2,I=2,O=3,M=5", "fixed:I=2,O=3,B=2", "M=5,C=4096"),
@@ -191,7 +224,7 @@ def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", default="grid,scale,incumbents,ablation,backends")
+    p.add_argument("--sections", default="grid,scale,incumbents,astar,ablation,backends")
     p.add_argument("--time-limit", type=float, default=60.0)
     p.add_argument("--gap", type=float, default=1e-4)
     p.add_argument("--max-B", type=int, default=16)
@@ -207,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             out["incumbents"] = run_incumbents(args.time_limit, args.max_B)
         elif section == "scale":
             out["scale"] = run_scale(args.time_limit, args.gap, args.max_B, args.min_B)
+        elif section == "astar":
+            out["astar"] = run_astar(args.time_limit, args.max_B)
         elif section == "ablation":
             out["ablation"] = run_ablation(args.time_limit, args.gap)
         elif section == "backends":

@@ -179,6 +179,8 @@ class RemainingBatches:
         self.R_max = R_max or sum(n for _, _, n in classes)
         self._cut = np.cumsum([0] + [n for _, _, n in classes])
         self._cache: dict = {}
+        self._needs: dict = {}
+        self._at_least: dict = {}
         t0 = time.perf_counter()
         goal = np.concatenate([np.full(n, O, dtype=np.int16) for _, O, n in classes])[None, :]
         self.layers = [goal]
@@ -212,6 +214,42 @@ class RemainingBatches:
                 d += 1
             self._cache[levels] = d
         return d
+
+    def requirements(self, levels: tuple, d: int) -> list[tuple]:
+        """What one batch from ``levels`` must run to leave at most ``d`` batches: a list of alternatives,
+        each ((level index, count), ...) — at least ``count`` requests at that level (per class: class
+        offset + level, offsets by cumulated O) — minimal ones only; [] if no batch can.
+
+        A sorted row reaches an element m of layer d iff, at every v, as many of its requests are at
+        level >= v as m's; one batch adds one level to the requests it runs, so m asks for at least
+        #m(>= t+1) - #(>= t+1) of the requests at level t, and is out of reach if that exceeds them.
+        """
+        if d < 0 or d >= len(self.layers):
+            return [()] if d >= len(self.layers) else []
+        key = (levels, d)
+        out = self._needs.get(key)
+        if out is not None:
+            return out
+        if d not in self._at_least:          # per element of layer d and class: #(level >= v), v = 1..O
+            cols = []
+            for c, (_, O, _) in enumerate(self.classes):
+                seg = self.layers[d][:, self._cut[c]:self._cut[c + 1]]
+                cols.append((seg[:, :, None] >= np.arange(1, O + 1)).sum(axis=1))
+            self._at_least[d] = np.concatenate(cols, axis=1)
+        row = np.asarray(levels, dtype=np.int16)
+        have, here = [], []
+        for c, (_, O, _) in enumerate(self.classes):
+            seg = row[self._cut[c]:self._cut[c + 1]]
+            have.append((seg[:, None] >= np.arange(1, O + 1)).sum(axis=0))
+            here.append((seg[:, None] == np.arange(O)).sum(axis=0))
+        need = np.maximum(self._at_least[d] - np.concatenate(have), 0)
+        need = np.unique(need[(need <= np.concatenate(here)).all(axis=1)], axis=0)
+        if len(need):                         # keep the minimal rows: a larger one is implied by a smaller
+            keep = [i for i in range(len(need))
+                    if not ((need <= need[i]).all(axis=1) & (need != need[i]).any(axis=1)).any()]
+            need = need[keep]
+        out = self._needs[key] = [tuple((int(i), int(r[i])) for i in np.flatnonzero(r)) for r in need]
+        return out
 
     def _predecessors(self, layer: np.ndarray, deadline: float) -> np.ndarray | None:
         out: set = set()

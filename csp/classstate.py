@@ -89,10 +89,12 @@ class ClassStateSpace:
                           for c, _, t, _, _ in self.slots]
         self.waiting_slot = [self.base[c] + t for c, _, t, _, _ in self.slots]
         self.slot_fill_work = [self.fill_work(L) for _, _, _, L, _ in self.slots]
+        offsets = np.cumsum([0] + [O for _, O, _ in self.classes])   # flat level index: class offset + level
+        self.level_index = [int(offsets[c]) + t for c, _, t, _, _ in self.slots]
         self.start = tuple(x for I, O, idx in self.classes for x in [len(idx)] + [0] * (2 * O - 1))
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
-        self._terms: dict[tuple, tuple] = {}          # state -> _bound_terms(state)
+        self._terms: dict[tuple, tuple] = {}          # state -> its bound terms (with the table)
         self.memo: dict = {}                           # what a search run over this space remembers
 
     def advance(self, s: tuple, taken, evicted) -> tuple:
@@ -135,7 +137,11 @@ class ClassStateSpace:
         """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
         terms = self._terms.get(s)
         if terms is None:
-            terms = self._terms[s] = self._bound_terms(s)
+            terms = self._terms[s] = self._with_table(s, self._plain_terms(s))
+        return self._h(terms, spent)
+
+    def _h(self, terms: tuple, spent: int) -> float:
+        """h from a state's bound terms, ``spent`` batches in."""
         y, tok, other, fills, need_decode = terms
         if y == 0:
             return 0.0
@@ -150,10 +156,16 @@ class ClassStateSpace:
                 line = a * y + b * tok
         return line + other + bias
 
-    def _bound_terms(self, s: tuple) -> tuple:
+    def _with_table(self, s: tuple, terms: tuple) -> tuple:
+        """``terms`` with the batches left raised to the table's exact count (if there is a table)."""
+        if self.rest is None or not terms[0]:
+            return terms
+        return (self.rest(self.levels(s), terms[0]),) + terms[1:]
+
+    def _plain_terms(self, s: tuple) -> tuple:
         """The parts of h(s) that do not depend on the batches spent: (batches left, tokens, item costs,
         the prefill batches needed — ⌈KV of the fills left / M⌉ — and the decode batches needed without
-        eviction)."""
+        eviction); batches left from the chain, KV and R_max alone (:meth:`_with_table` adds the table)."""
         chain = kv = tok = items = 0
         other = 0.0
         fill_kv = longest_decode = 0
@@ -182,10 +194,46 @@ class ClassStateSpace:
         if chain == 0:
             return (0, 0, 0.0, 0, 0)
         y = max(chain, -(-kv // self.M), -(-items // self.R_max))       # bounds of the relaxation itself
-        if self.rest is not None:
-            y = self.rest(self.levels(s), y)
         fills = -(-fill_kv // self.M)         # whole (re)fills of this much KV need this many prefill batches
         return (y, tok, other, fills, 0 if self.evict else longest_decode)
+
+    def _needs(self, s: tuple, spent: int, budget: float) -> list | None:
+        """What a batch from ``s`` (``spent`` batches in after it) must run to fit ``budget`` (batch time
+        plus bound after it): None if anything may, else the table's requirements
+        (:meth:`.batchcount.RemainingBatches.requirements`) for leaving one batch fewer.
+
+        With Y the batches ``s`` is bounded by, every batch that leaves >= Y batches has time plus bound
+        after it at least h(s) priced for Y + 1 batches: its own line a_k + b_k N plus the bound's
+        a_k Y + b_k (tok - N) at worst, each item's other cost paid by the batch (refills and evictions
+        cost at least as much, as :func:`.search.is_applicable` checks), and its bias plus the bound's
+        at least the bias of one more batch (a batch with fills pays the prefill bias and leaves at most
+        one prefill batch fewer; one without pays the decode bias). Biases are left out when batches
+        without eviction need decodes. If that exceeds ``budget``, only batches reducing Y can fit.
+        """
+        terms = self._terms.get(s)
+        if terms is None:
+            terms = self._terms[s] = self._with_table(s, self._plain_terms(s))
+        y, tok, other, fills, need_decode = terms
+        if y == 0:
+            return None
+        y = max(y, self.min_batches - (spent - 1))
+        if need_decode:
+            least = max(a * (y + 1) + b * tok for a, b in self.lines) + other
+        else:
+            least = self._h((y + 1, tok, other, fills, 0), self.min_batches)   # y + 1 itself, no floor
+        if least <= budget:
+            return None
+        return self.rest.requirements(self.levels(s), y - 1)
+
+    def _within(self, s: tuple, dt: float, spent: int, budget: float) -> bool:
+        """dt + h(s) <= budget; the table is looked up only if the bound without it fits (and then kept)."""
+        terms = self._terms.get(s)
+        if terms is None:
+            terms = self._plain_terms(s)
+            if dt + self._h(terms, spent) > budget:
+                return False
+            terms = self._terms[s] = self._with_table(s, terms)
+        return dt + self._h(terms, spent) <= budget
 
     def levels(self, s: tuple) -> tuple:
         """The relaxation state of ``s``: per class, the sorted items done by each request."""
@@ -211,6 +259,10 @@ class ClassStateSpace:
         :func:`.search.is_applicable` checks, and adds to the fills), so that one is tested for all.
         """
         slots, M, P, R_max = self.slots, self.M, self.P, self.R_max
+        needs = self._needs(s, spent, budget) if budget < math.inf and self.rest is not None else None
+        if needs == []:
+            return []
+        level_index = self.level_index
         groups = [q for q, n in enumerate(s) if n and not (slots[q][1] and slots[q][2] == 0)]
         G = len(groups)
         take = [0] * G
@@ -218,11 +270,16 @@ class ClassStateSpace:
         held_all = sum(slots[q][4] * s[q] for q in groups)           # idle residents' KV if nobody runs
         residents_all = sum(s[q] for q in groups if slots[q][1])
         fill_work = self.slot_fill_work
+        # needs are checked level by level: at the last group of a level, with the others of that level
+        level_of = [level_index[q] for q in groups]
+        last_of_level = [g if level_of[g] not in level_of[g + 1:] else -1 for g in range(G)]
+        same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(G)]
 
         def choose(g: int, mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
-                   dec_work: float) -> None:
+                   dec_work: float, alive: list | None) -> None:
             """Pick how many of group g run; mem: KV of running items, held: KV of residents not running;
-            dec_n: decodes; work, dec_work: the fill work of the fills, of the decodes (if refilled)."""
+            dec_n: decodes; work, dec_work: the fill work of the fills, of the decodes (if refilled);
+            alive: the needs (dicts level -> count) the levels decided so far meet (None: no needs)."""
             if g == G:
                 if items:
                     close(mem, held, items, fill_tok, dec_n, work, dec_work)
@@ -230,6 +287,9 @@ class ClassStateSpace:
             q = groups[g]
             _, resident, _, L, h = slots[q]
             fw = fill_work[q]
+            check = alive is not None and last_of_level[g] >= 0
+            lvl = level_of[g]
+            before = sum(take[x] for x in same_level[g]) if check else 0
             for d in range(s[q] + 1):
                 if d:
                     mem += L
@@ -238,10 +298,15 @@ class ClassStateSpace:
                     if resident:
                         held -= h
                 take[g] = d
+                rest = alive
+                if check:
+                    rest = [a for a in alive if a.get(lvl, 0) <= before + d]
+                    if not rest:
+                        continue                     # more of this level may meet one
                 if resident:
-                    choose(g + 1, mem, held, items + d, fill_tok, dec_n + d, work, dec_work + d * fw)
+                    choose(g + 1, mem, held, items + d, fill_tok, dec_n + d, work, dec_work + d * fw, rest)
                 else:
-                    choose(g + 1, mem, held, items + d, fill_tok + d * L, dec_n, work + d * fw, dec_work)
+                    choose(g + 1, mem, held, items + d, fill_tok + d * L, dec_n, work + d * fw, dec_work, rest)
             take[g] = 0
 
         def close(mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
@@ -266,7 +331,7 @@ class ClassStateSpace:
             dt = min(plain, convert)
             taken = tuple(zip(groups, take))
             base = self.advance_list(s, taken)
-            if budget < math.inf and dt + self.bound(tuple(base), spent) > budget:
+            if budget < math.inf and not self._within(tuple(base), dt, spent, budget):
                 return
             move = (taken, (), convert < plain)
             if fits:
@@ -309,7 +374,7 @@ class ClassStateSpace:
                 evictions(idle, k + 1, room, held - e * h, running - e, chosen + [(q, e)] if e else chosen,
                           min(smallest, h) if e else smallest, sets)
 
-        choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0)
+        choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0, None if needs is None else [dict(a) for a in needs])
         return out
 
     def batch_time(self, tokens: int, items: int, dec_n: int, dec_kv: int, fill_n: int, fill_tok: int,

@@ -62,12 +62,15 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
 
 def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, upper_s: float,
                  time_budget_s: float = 30.0, rel_gap: float = 0.0, min_batches: int = 0,
-                 rest: "RemainingBatches | None" = None, max_states: int = 5_000_000) -> SearchResult:
+                 rest: "RemainingBatches | None" = None, max_states: int = 5_000_000,
+                 cut_successors: bool = True) -> SearchResult:
     """A* from the start state to the goal (module docstring); ``limits`` are the policy's effective limits.
 
     upper_s: the latency of a known schedule (states that cannot beat it by half ``rel_gap`` are dropped);
     min_batches: a known lower bound on the batch count; rest: the relaxation's exact batches left
     (:class:`.batchcount.RemainingBatches`), the strongest part of the bound where it can be built.
+    cut_successors: let :meth:`.classstate.ClassStateSpace.successors` drop batches that cannot beat the
+    cutoff before enumerating their evictions (same result; off only to measure what it buys).
     """
     ok, why = is_applicable(workload, limits, cost, policy)
     if not ok:
@@ -96,7 +99,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
         if g > best[s]:
             continue
         expanded += 1
-        for ns, dt, move in sp.successors(s, budget=cutoff - g, spent=k + 1):
+        for ns, dt, move in sp.successors(s, budget=cutoff - g if cut_successors else math.inf, spent=k + 1):
             ng = g + dt
             if ng < best.get(ns, math.inf):
                 fv = ng + sp.bound(ns, k + 1)

@@ -2,17 +2,21 @@
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 
 import pytest
 from conftest import heuristic_schedules
 from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from infermax import Limits, Workload
 from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
 from infermax.csp import solve_optimal
 from infermax.csp.backends import cpsat
-from infermax.csp.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
+from infermax.csp.batchcount import (RemainingBatches, area_bound, is_applicable, min_batch_count,
+                                     refute_batch_counts)
+from infermax.csp.classstate import classes_of
 
 
 def _brute_force_batches(workload: Workload, M: int) -> int:
@@ -111,3 +115,32 @@ def test_request_term_is_priced_and_replays(cost):
         assert r.info["replay_rel_diff"] <= 1e-6, method
     plain = solve_optimal("fixed:I=4,O=3,B=3", "M=12,C=64", cost, time_limit_s=30, policy="no-chunked")
     assert r.objective > plain.objective
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=5, max_len=5, online=False), st.randoms(use_true_random=False))
+def test_requirements_say_exactly_which_batches_leave_d_batches(inst, rnd):
+    """A set of requests advanced by one batch reaches "at most d batches left" iff it meets one of the
+    requirements, checked against the table itself for every subset (the table ignores M per batch here:
+    the requirement only speaks of levels)."""
+    w, lim = inst[0], inst[1]
+    classes = [(I, O, len(idx)) for I, O, idx in classes_of(w)]
+    if any(I + O - 1 > lim.M for I, O, _ in classes):
+        return
+    table = RemainingBatches(classes, lim.M, None, time_budget_s=10)
+    if not table.is_complete:
+        return
+    levels = [sorted(rnd.randint(0, O) for _ in range(n)) for _, O, n in classes]
+    offsets = list(itertools.accumulate([0] + [O for _, O, _ in classes]))
+    flat = [(c, lv) for c, lvs in enumerate(levels) for lv in lvs]
+    here = table(tuple(x for lvs in levels for x in lvs))
+    for d in range(max(0, here - 2), here + 1):
+        needs = table.requirements(tuple(x for lvs in levels for x in lvs), d)
+        for mask in range(1 << len(flat)):
+            moved = [(c, lv + ((mask >> k) & 1)) for k, (c, lv) in enumerate(flat)]
+            if any(lv > classes[c][1] for c, lv in moved):
+                continue
+            after = tuple(x for c in range(len(classes)) for x in sorted(lv for cc, lv in moved if cc == c))
+            ran = Counter(offsets[c] + lv for k, (c, lv) in enumerate(flat) if (mask >> k) & 1)
+            meets = any(all(ran[i] >= r for i, r in alt) for alt in needs)
+            assert meets == (table(after) <= d), (levels, d, mask, needs)

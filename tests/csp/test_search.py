@@ -5,10 +5,13 @@ import pytest
 from conftest import heuristic_schedules
 from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, solve_optimal
-from infermax.csp.classstate import ClassStateSpace
+from infermax.csp.batchcount import RemainingBatches
+from infermax.csp.batchcount import is_applicable as batchcount_applies
+from infermax.csp.classstate import ClassStateSpace, classes_of
 from infermax.csp.search import exact_search, is_applicable, pilot_search, rollout
 
 NO_CHUNK = Policy(chunked_prefill=False)
@@ -138,3 +141,38 @@ def test_seven_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
     r = solve_optimal("fixed:I=16,O=16,B=7", "M=128,C=4096", cost, time_limit_s=60)
     assert r.status == "optimal" and r.gap <= 1e-4
     assert len(r.schedule) == 23
+
+
+@pytest.mark.parametrize("B", [5, 6])
+def test_the_successor_cut_changes_nothing_but_time(cost, B):
+    """Batches dropped inside successors (over the cutoff, or not leaving one batch fewer when only that
+    can fit) are exactly those A* would drop: same expansions, same optimum."""
+    w, lim = Workload.from_spec(f"fixed:I=16,O=16,B={B}"), Limits(M=128, C=4096)
+    table = RemainingBatches([(16, 16, B)], lim.M, None, time_budget_s=30)
+    upper = pilot_search(w, lim, cost, Policy(), width=4)[1]
+    runs = [exact_search(w, lim, cost, Policy(), upper_s=upper, rel_gap=1e-4, min_batches=table.num_batches,
+                         rest=table, cut_successors=cut) for cut in (False, True)]
+    assert all(r.is_complete for r in runs)
+    assert runs[0].num_expanded == runs[1].num_expanded and runs[0].num_generated == runs[1].num_generated
+    assert runs[0].value_s == runs[1].value_s and runs[0].bound_s == runs[1].bound_s
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=5, max_len=5, online=False), st.sampled_from([Policy(), NO_CHUNK,
+                                                                                   Policy(allow_eviction=False)]))
+def test_the_successor_cut_matches_a_star_on_random_instances(cost, inst, policy):
+    """With the table and a tight incumbent (the optimum itself), cut and uncut A* push the same states."""
+    workload, limits = inst
+    if not is_applicable(workload, limits, cost, policy)[0] or not batchcount_applies(limits):
+        return
+    eff = policy.effective_limits(limits)
+    table = RemainingBatches([(I, O, len(idx)) for I, O, idx in classes_of(workload)], eff.M, eff.R_max,
+                             time_budget_s=10)
+    if not table.is_complete:
+        return
+    opt = exact_search(workload, eff, cost, policy, upper_s=10.0, time_budget_s=30)
+    if opt.value_s is None:
+        return
+    runs = [exact_search(workload, eff, cost, policy, upper_s=opt.value_s * (1 + 1e-3), time_budget_s=30,
+                         min_batches=table.num_batches, rest=table, cut_successors=cut) for cut in (False, True)]
+    assert runs[0].num_generated == runs[1].num_generated and runs[0].value_s == runs[1].value_s
