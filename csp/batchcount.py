@@ -162,6 +162,23 @@ def _pareto(states: set, num_classes: int) -> list:
     return [ordered[i] for i in keep]
 
 
+def _minimal_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows of a non-negative integer array that no other row is componentwise below."""
+    if len(rows) == 0:
+        return rows
+    bits = int(rows.max()).bit_length()
+    if bits * rows.shape[1] <= 62:           # distinct rows through one integer key per row (fast)
+        keys = rows.astype(np.int64) @ (np.int64(1) << (bits * np.arange(rows.shape[1], dtype=np.int64)))
+        rows = rows[np.unique(keys, return_index=True)[1]]
+    else:
+        rows = np.unique(rows, axis=0)
+    if len(rows) <= 512:
+        below = (rows[:, None, :] <= rows[None, :, :]).all(axis=2)   # below[i, j]: row i <= row j
+        return rows[below.sum(axis=0) == 1]                          # only itself below it
+    return rows[[i for i in range(len(rows))
+                 if not ((rows <= rows[i]).all(axis=1) & (rows != rows[i]).any(axis=1)).any()]]
+
+
 class RemainingBatches:
     """Exact batches left in the chain-packing relaxation, from any state, built backwards from the goal.
 
@@ -235,20 +252,18 @@ class RemainingBatches:
             for c, (_, O, _) in enumerate(self.classes):
                 seg = self.layers[d][:, self._cut[c]:self._cut[c + 1]]
                 cols.append((seg[:, :, None] >= np.arange(1, O + 1)).sum(axis=1))
-            self._at_least[d] = np.concatenate(cols, axis=1)
+            self._at_least[d] = np.concatenate(cols, axis=1).astype(np.int16)
         row = np.asarray(levels, dtype=np.int16)
         have, here = [], []
         for c, (_, O, _) in enumerate(self.classes):
             seg = row[self._cut[c]:self._cut[c + 1]]
             have.append((seg[:, None] >= np.arange(1, O + 1)).sum(axis=0))
             here.append((seg[:, None] == np.arange(O)).sum(axis=0))
-        need = np.maximum(self._at_least[d] - np.concatenate(have), 0)
-        need = np.unique(need[(need <= np.concatenate(here)).all(axis=1)], axis=0)
-        if len(need):                         # keep the minimal rows: a larger one is implied by a smaller
-            keep = [i for i in range(len(need))
-                    if not ((need <= need[i]).all(axis=1) & (need != need[i]).any(axis=1)).any()]
-            need = need[keep]
-        out = self._needs[key] = [tuple((int(i), int(r[i])) for i in np.flatnonzero(r)) for r in need]
+        have, here = np.concatenate(have).astype(np.int16), np.concatenate(here).astype(np.int16)
+        at_least = self._at_least[d]
+        need = np.maximum(at_least[(at_least <= have + here).all(axis=1)] - have, 0)
+        need = _minimal_rows(need)
+        out = self._needs[key] = [tuple((i, n) for i, n in enumerate(r) if n) for r in need.tolist()]
         return out
 
     def _predecessors(self, layer: np.ndarray, deadline: float) -> np.ndarray | None:

@@ -264,6 +264,8 @@ class ClassStateSpace:
             return []
         level_index = self.level_index
         groups = [q for q, n in enumerate(s) if n and not (slots[q][1] and slots[q][2] == 0)]
+        if needs is not None:       # a level's groups side by side: its needs are checked, and cut, early
+            groups.sort(key=level_index.__getitem__)
         G = len(groups)
         take = [0] * G
         out: list = []
