@@ -160,8 +160,11 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                          f"{why or 'not the case here'}")
     found, least_batches = None, None
     if method == "search" or (method == "auto" and search_ok):
-        found = _solve_search(ws=ws, time_limit_s=time_limit_s if method == "search" else time_limit_s * 2 / 3,
-                              t0=t0, **common)
+        # auto: leave the MILPs a third of the time, a tenth where the table of batches left is complete
+        # (A* is then the method that closes gaps: B=8 of I=O=16, M=128 is proven by it alone)
+        found = _solve_search(ws=ws, time_limit_s=time_limit_s, t0=t0,
+                              reserve_s=(0.0, 0.0) if method == "search" else (time_limit_s / 10, time_limit_s / 3),
+                              **common)
         if method == "search" or found.status in ("optimal", "infeasible"):
             return found
         if found.info["search"]["batch_table_complete"]:
@@ -186,7 +189,7 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
 
 
 def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                  solver_params, strengthening, ws, time_limit_s, t0) -> OptimalResult:
+                  solver_params, strengthening, ws, time_limit_s, t0, reserve_s=(0.0, 0.0)) -> OptimalResult:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 
     Budget: up to an eighth of ``time_limit_s`` for the table of exact batches left (if it cannot be
@@ -194,13 +197,16 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
     tenths when the table could not be built: A* then rarely finishes, and its bound is little above
     its start) — each better schedule lowers the A* cutoff and is the incumbent if A* cannot finish;
-    A* for the rest.
+    A* for the rest. reserve_s: the time to leave unused (for the caller's other methods) when the
+    table is complete, and when it is not; the table's budget counts the larger one out.
     """
     eff = policy.effective_limits(limits)
     start = time.perf_counter()
     sp_classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(workload)]
-    rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max, time_budget_s=time_limit_s / 8)
+    rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max,
+                                       time_budget_s=(time_limit_s - max(reserve_s)) / 8)
     min_batches, table_complete = rest.num_batches, rest.is_complete
+    time_limit_s -= reserve_s[0 if table_complete else 1]
     if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
         rest = None
         if batchcount.is_applicable(eff):     # ask the backend which batch counts the relaxation cannot meet
