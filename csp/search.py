@@ -5,7 +5,7 @@ states, moves and admissible bound are described there), from "all waiting" to
 "all done", dropping states whose f = g + h cannot beat a known schedule. It
 is anytime: stopped early, the least f on the open list is still a valid lower
 bound on every schedule. It is exponential in the number of requests: on
-I = O = 16, M = 128 it proves B = 7 in seconds and stops short from B = 8 (see
+I = O = 16, M = 128 it proves B = 7 in seconds and B = 8 in about two minutes (see
 benchmarks/milp_bench.py); :func:`pilot_search` and :func:`beam_search` then
 supply the incumbent.
 """
@@ -70,7 +70,8 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     min_batches: a known lower bound on the batch count; rest: the relaxation's exact batches left
     (:class:`.batchcount.RemainingBatches`), the strongest part of the bound where it can be built.
     cut_successors: let :meth:`.classstate.ClassStateSpace.successors` drop batches that cannot beat the
-    cutoff before enumerating their evictions (same result; off only to measure what it buys).
+    cutoff before enumerating their evictions, and enumerate only batches leaving one batch fewer when
+    no other can beat it (same result; off only to measure what it buys).
     """
     ok, why = is_applicable(workload, limits, cost, policy)
     if not ok:
