@@ -192,7 +192,7 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
                   solver_params, strengthening, ws, time_limit_s, t0, reserve_s=(0.0, 0.0)) -> OptimalResult:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 
-    Budget: up to an eighth of ``time_limit_s`` for the table of exact batches left (if it cannot be
+    Budget: up to a sixth of ``time_limit_s`` for the table of exact batches left (if it cannot be
     built, a twelfth for the backend to refute small batch counts of the relaxation); pilot searches of
     width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
     tenths when the table could not be built: A* then rarely finishes, and its bound is little above
@@ -204,7 +204,7 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     start = time.perf_counter()
     sp_classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(workload)]
     rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max,
-                                       time_budget_s=(time_limit_s - max(reserve_s)) / 8)
+                                       time_budget_s=(time_limit_s - max(reserve_s)) / 6)
     min_batches, table_complete = rest.num_batches, rest.is_complete
     time_limit_s -= reserve_s[0 if table_complete else 1]
     if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
