@@ -180,7 +180,7 @@ def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     evictions are enumerated), from the same table and pilot incumbent, as a wall-time ratio."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
-    from infermax.csp.batchcount import RemainingBatches
+    from infermax.csp.batchtable import RemainingBatches
     from infermax.csp.search import exact_search, pilot_search
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()

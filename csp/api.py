@@ -22,7 +22,7 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import aggregate, backends, batchcount, classstate, search
+from . import aggregate, backends, batchcount, batchtable, classstate, search
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
@@ -203,7 +203,7 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     eff = policy.effective_limits(limits)
     start = time.perf_counter()
     sp_classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(workload)]
-    rest = batchcount.RemainingBatches(sp_classes, eff.M, eff.R_max,
+    rest = batchtable.RemainingBatches(sp_classes, eff.M, eff.R_max,
                                        time_budget_s=(time_limit_s - max(reserve_s)) / 6)
     min_batches, table_complete = rest.num_batches, rest.is_complete
     time_limit_s -= reserve_s[0 if table_complete else 1]

@@ -14,7 +14,7 @@ counts alone, so the optimal schedule is a shortest path from "all waiting at
     h(s) = max_k(Y·a_k + b_k·N) + Σ item costs + least biases for Y batches,
 
 with Y a lower bound on the batches left — the exact batches left of the
-chain-packing relaxation where its table (:class:`.batchcount.RemainingBatches`)
+chain-packing relaxation where its table (:class:`.batchtable.RemainingBatches`)
 could be built, else the longest chain, ⌈remaining KV / M⌉ and items / R_max;
 never less than the least total batch count minus the batches spent — N
 the fewest tokens left, and the biases those of Y batches of which at least
@@ -47,7 +47,7 @@ import numpy as np
 from infermax.costmodel import CostModel
 from infermax.types import Batch, Limits, Schedule, Workload
 
-from .batchcount import RemainingBatches
+from .batchtable import RemainingBatches
 from .formulation import num_identical_classes
 from .objectives import linear_coefficients
 from .policy import Policy
@@ -135,10 +135,14 @@ class ClassStateSpace:
 
     def bound(self, s: tuple, spent: int) -> float:
         """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
+        return self._h(self._state_terms(s), spent)
+
+    def _state_terms(self, s: tuple) -> tuple:
+        """The bound terms of ``s`` with the table (computed once per state)."""
         terms = self._terms.get(s)
         if terms is None:
             terms = self._terms[s] = self._with_table(s, self._plain_terms(s))
-        return self._h(terms, spent)
+        return terms
 
     def _h(self, terms: tuple, spent: int) -> float:
         """h from a state's bound terms, ``spent`` batches in."""
@@ -200,7 +204,7 @@ class ClassStateSpace:
     def _needs(self, s: tuple, spent: int, budget: float) -> list | None:
         """What a batch from ``s`` (``spent`` batches in after it) must run to fit ``budget`` (batch time
         plus bound after it): None if anything may, else the table's requirements
-        (:meth:`.batchcount.RemainingBatches.requirements`) for leaving one batch fewer.
+        (:meth:`.batchtable.RemainingBatches.requirements`) for leaving one batch fewer.
 
         With Y the batches ``s`` is bounded by, every batch that leaves >= Y batches has time plus bound
         after it at least h(s) priced for Y + 1 batches: its own line a_k + b_k N plus the bound's
@@ -210,10 +214,7 @@ class ClassStateSpace:
         one prefill batch fewer; one without pays the decode bias). Biases are left out when batches
         without eviction need decodes. If that exceeds ``budget``, only batches reducing Y can fit.
         """
-        terms = self._terms.get(s)
-        if terms is None:
-            terms = self._terms[s] = self._with_table(s, self._plain_terms(s))
-        y, tok, other, fills, need_decode = terms
+        y, tok, other, fills, need_decode = self._state_terms(s)
         if y == 0:
             return None
         y = max(y, self.min_batches - (spent - 1))
@@ -272,10 +273,10 @@ class ClassStateSpace:
         held_all = sum(slots[q][4] * s[q] for q in groups)           # idle residents' KV if nobody runs
         residents_all = sum(s[q] for q in groups if slots[q][1])
         fill_work = self.slot_fill_work
-        # needs are checked level by level: at the last group of a level, with the others of that level
-        level_of = [level_index[q] for q in groups]
-        last_of_level = [g if level_of[g] not in level_of[g + 1:] else -1 for g in range(G)]
-        same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(G)]
+        if needs is not None:   # needs are checked at the last group of a level, with the others of that level
+            level_of = [level_index[q] for q in groups]
+            is_last = [level_of[g] not in level_of[g + 1:] for g in range(G)]
+            same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(G)]
 
         def choose(g: int, mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
                    dec_work: float, alive: list | None) -> None:
@@ -289,9 +290,10 @@ class ClassStateSpace:
             q = groups[g]
             _, resident, _, L, h = slots[q]
             fw = fill_work[q]
-            check = alive is not None and last_of_level[g] >= 0
-            lvl = level_of[g]
-            before = sum(take[x] for x in same_level[g]) if check else 0
+            check = alive is not None and is_last[g]
+            if check:
+                lvl = level_of[g]
+                before = sum(take[x] for x in same_level[g])
             for d in range(s[q] + 1):
                 if d:
                     mem += L

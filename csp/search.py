@@ -20,7 +20,7 @@ from infermax.costmodel import CostModel
 from infermax.types import Limits, Schedule, Workload
 
 from .aggregate import chunking_bound_holds
-from .batchcount import RemainingBatches
+from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
 from .objectives import linear_coefficients
 from .policy import Policy
@@ -68,7 +68,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
 
     upper_s: the latency of a known schedule (states that cannot beat it by half ``rel_gap`` are dropped);
     min_batches: a known lower bound on the batch count; rest: the relaxation's exact batches left
-    (:class:`.batchcount.RemainingBatches`), the strongest part of the bound where it can be built.
+    (:class:`.batchtable.RemainingBatches`), the strongest part of the bound where it can be built.
     cut_successors: let :meth:`.classstate.ClassStateSpace.successors` drop batches that cannot beat the
     cutoff before enumerating their evictions, and enumerate only batches leaving one batch fewer when
     no other can beat it (same result; off only to measure what it buys).

@@ -1,4 +1,5 @@
-"""The least-batch-count search (csp/batchcount.py) and the per-request cost term in the MILP."""
+"""The least-batch-count search (csp/batchcount.py), its table of batches left (csp/batchtable.py) and the
+per-request cost term in the MILP."""
 from __future__ import annotations
 
 import itertools
@@ -14,8 +15,8 @@ from infermax import Limits, Workload
 from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
 from infermax.csp import solve_optimal
 from infermax.csp.backends import cpsat
-from infermax.csp.batchcount import (RemainingBatches, area_bound, is_applicable, min_batch_count,
-                                     refute_batch_counts)
+from infermax.csp.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
+from infermax.csp.batchtable import RemainingBatches
 from infermax.csp.classstate import classes_of
 
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, solve_optimal
-from infermax.csp.batchcount import RemainingBatches
+from infermax.csp.batchtable import RemainingBatches
 from infermax.csp.batchcount import is_applicable as batchcount_applies
 from infermax.csp.classstate import ClassStateSpace, classes_of
 from infermax.csp.search import exact_search, is_applicable, pilot_search, rollout
