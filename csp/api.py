@@ -22,7 +22,7 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import aggregate, backends, batchcount, batchtable, classstate, search
+from . import aggregate, backends, batchcount, batchtable, classstate, search, trajectorylp
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
@@ -231,7 +231,8 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
                 best = WarmStart(f"search-{kind}-{width}", found[0], latency, latency)
     left = max(0.0, time_limit_s - (time.perf_counter() - start))
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
-                                rel_gap=rel_gap, min_batches=min_batches, rest=rest)
+                                rel_gap=rel_gap, min_batches=min_batches, rest=rest,
+                                lp_budget_s=left / 6 if trajectorylp.is_available() else 0.0)
     return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, t0,
                          {"min_batches": min_batches, "batch_table_complete": table_complete,
                           "incumbent": best.name})

@@ -95,6 +95,7 @@ class ClassStateSpace:
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
         self._terms: dict[tuple, tuple] = {}          # state -> its bound terms (with the table)
+        self.trajectories = None     # a .trajectorylp.TrajectoryBound raising the bound, if one was built
         self.memo: dict = {}                           # what a search run over this space remembers
 
     def advance(self, s: tuple, taken, evicted) -> tuple:
@@ -135,7 +136,16 @@ class ClassStateSpace:
 
     def bound(self, s: tuple, spent: int) -> float:
         """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
-        return self._h(self._state_terms(s), spent)
+        return self._bound(s, self._state_terms(s), spent)
+
+    def _bound(self, s: tuple, terms: tuple, spent: int) -> float:
+        """h(s) from its terms, raised by the trajectory LP's Lagrangian tables where they were built."""
+        tb = self.trajectories
+        if tb is None or not terms[0]:
+            return self._h(terms, spent)
+        rest = terms[1:]
+        return tb.remaining(s, spent, max(terms[0], self.min_batches - spent),
+                            lambda y: self._h((y,) + rest, spent))
 
     def _state_terms(self, s: tuple) -> tuple:
         """The bound terms of ``s`` with the table (computed once per state)."""
@@ -234,7 +244,9 @@ class ClassStateSpace:
             if dt + self._h(terms, spent) > budget:
                 return False
             terms = self._terms[s] = self._with_table(s, terms)
-        return dt + self._h(terms, spent) <= budget
+        if dt + self._h(terms, spent) > budget:
+            return False
+        return self.trajectories is None or dt + self._bound(s, terms, spent) <= budget
 
     def levels(self, s: tuple) -> tuple:
         """The relaxation state of ``s``: per class, the sorted items done by each request."""

@@ -24,6 +24,7 @@ from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
 from .objectives import linear_coefficients
 from .policy import Policy
+from .trajectorylp import TrajectoryBound
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,7 +64,7 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
 def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, upper_s: float,
                  time_budget_s: float = 30.0, rel_gap: float = 0.0, min_batches: int = 0,
                  rest: "RemainingBatches | None" = None, max_states: int = 5_000_000,
-                 cut_successors: bool = True) -> SearchResult:
+                 cut_successors: bool = True, lp_budget_s: float = 0.0) -> SearchResult:
     """A* from the start state to the goal (module docstring); ``limits`` are the policy's effective limits.
 
     upper_s: the latency of a known schedule (states that cannot beat it by half ``rel_gap`` are dropped);
@@ -79,6 +80,8 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     t0 = time.perf_counter()
     sp = ClassStateSpace(workload, limits, cost, policy, min_batches, rest)
     cutoff = upper_s * (1 - rel_gap / 2)     # finishing without a path proves a gap of rel_gap / 2 < rel_gap
+    if lp_budget_s > 0:
+        sp.trajectories = TrajectoryBound(sp, min_batches, cutoff, lp_budget_s)
     best = {sp.start: 0.0}
     parent: dict[tuple, tuple] = {}
     heap = [(sp.bound(sp.start, 0), 0.0, 0, sp.start)]

@@ -1,0 +1,316 @@
+"""The trajectory LP: each request's path through a fixed number of batches, and the bounds its prices give.
+
+For a fixed batch count Y, every request follows a path through batches 0..Y-1 over the slots of
+:class:`.classstate.ClassStateSpace` (waiting at level t, resident at level t, done), one move per
+batch: wait, (re)fill (I + t KV and tokens), decode (I + t KV, one token), hold idle (I + t - 1 KV),
+or — where the policy evicts — be evicted (nothing this batch, waiting after) or evicted and refilled.
+The LP chooses, per class, a convex combination of n_c paths (λ_p >= 0, Σ λ_p = n_c) so that every
+batch j fits::
+
+    Σ λ_p·kv_pj <= M + s_j      memory of running items and idle residents (s_j: priced slack)
+    Σ λ_p·tok_pj <= C,   Σ λ_p·fill_pj <= P,   Σ λ_p·res_pj <= R_max
+    z_j >= a_k + b_k·Σ λ_p·tok_pj            for every line k (the batch's non-attention time)
+    M·(u_j + s_j) >= Σ λ_p·deckv_pj,  M·(v_j + s_j) >= Σ λ_p·fillkv_pj,  u_j + v_j >= 1
+    (u_j + v_j <= 1 without hybrid batches; 0 <= u_j, v_j <= 1)
+
+minimising Σ_j (z_j + db·u_j + pb·v_j + BIG·s_j) + Σ_p λ_p·(item costs of p). Every schedule with
+exactly Y non-empty batches is a solution (integer λ, s = 0, u and v its decode and prefill
+indicators), so the LP value bounds it from below. Unlike the class-state bound, the LP prices
+residency: a request that pauses either holds its KV or is evicted and pays its refill. Paths are
+priced by column generation — a shortest path over slots and batches (:meth:`TrajectoryLP.paths`) —
+and the LP is solved by GLOP.
+
+The prices say more than the root bound. Relaxing every batch row with prices y of the right sign
+leaves one shortest-path problem per request, so for any state s after k batches, and Y in all::
+
+    time of the batches left >= Σ_{j >= k} φ_j(y) + Σ_q s_q·V_k(q)
+
+with V_k(q) the least priced path from slot q at batch k to done by batch Y and φ_j the least
+priced value of batch j's own variables (Lagrangian duality: valid for any such prices, and equal
+to the LP value at the start state once column generation has converged). :class:`TrajectoryBound`
+keeps these tables for every Y a schedule better than the incumbent may have, and
+:meth:`.classstate.ClassStateSpace.bound` takes the least over them, each Y's value no lower than
+the class-state bound for that many batches.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+_SLACK_S = 1.0          # price of one token of KV overflow (s_j): keeps every restricted LP feasible
+
+
+def is_available() -> bool:
+    """GLOP (OR-Tools) is installed."""
+    return importlib.util.find_spec("ortools") is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Path:
+    """A request's path: per batch, (slot, move) for the batches in which it runs or holds."""
+
+    cls: int
+    moves: tuple             # ((batch, slot, "decode" | "fill" | "hold"), ...)
+
+
+class TrajectoryLP:
+    """The trajectory LP for exactly ``Y`` batches, solved by column generation (module docstring)."""
+
+    def __init__(self, sp, Y: int):
+        from ortools.linear_solver import pywraplp   # lazily: the search works without it
+
+        self.sp, self.Y = sp, Y
+        slots = sp.slots
+        self.L = np.array([sl[3] for sl in slots], dtype=np.float64)
+        self.held = np.array([sl[4] for sl in slots], dtype=np.float64)
+        self.resident = np.array([sl[1] and sl[2] > 0 for sl in slots])
+        self.fill_work = np.array(sp.slot_fill_work)
+        S = len(slots)
+        self.next = np.array([q if q >= 0 else S for q in sp.next_slot])
+        self.waiting = np.array(sp.waiting_slot)
+        self.num_requests = sum(len(idx) for _, _, idx in sp.classes)
+        self.starts = [sp.base[c] for c in range(len(sp.classes))]
+        self._build(pywraplp)
+
+    def _build(self, pywraplp) -> None:
+        """Batch variables z, u, v, s and the rows of every batch; one convexity row per class."""
+        sp, Y, M = self.sp, self.Y, self.sp.M
+        solver = self.solver = pywraplp.Solver.CreateSolver("GLOP")
+        inf = solver.infinity()
+        f_max = max(a + b * sp.C for a, b in sp.lines)
+        self.z = [solver.NumVar(0.0, f_max, f"z{j}") for j in range(Y)]
+        self.u = [solver.NumVar(0.0, 1.0, f"u{j}") for j in range(Y)]
+        self.v = [solver.NumVar(0.0, 1.0, f"v{j}") for j in range(Y)]
+        self.s = [solver.NumVar(0.0, float(M * Y), f"s{j}") for j in range(Y)]
+        obj = self.obj = solver.Objective()
+        obj.SetMinimization()
+        self.rows: dict[str, list] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
+        self.lines = [[] for _ in sp.lines]
+        has_res = sp.R_max < self.num_requests
+        for j in range(Y):
+            z, u, v, s = self.z[j], self.u[j], self.v[j], self.s[j]
+            obj.SetCoefficient(z, 1.0)
+            obj.SetCoefficient(u, sp.db)
+            obj.SetCoefficient(v, sp.pb)
+            obj.SetCoefficient(s, _SLACK_S)
+            self._row("kv", -inf, M, {s: -1.0})
+            self._row("tok", -inf, sp.C, {})
+            self._row("fill", -inf, sp.P, {})
+            self._row("res", -inf, sp.R_max if has_res else inf, {})
+            for (a, _), rows in zip(sp.lines, self.lines):
+                rows.append(self._make(a, inf, {z: 1.0}))
+            self._row("dec", 0.0, inf, {u: M, s: M})
+            self._row("pre", 0.0, inf, {v: M, s: M})
+            self._row("one", 1.0, inf, {u: 1.0, v: 1.0})
+            self._row("alt", -inf, inf if sp.hybrid else 1.0, {u: 1.0, v: 1.0})
+        self.convex = [self._make(len(idx), len(idx), {}) for _, _, idx in sp.classes]
+        for c, (_, O, _) in enumerate(sp.classes):      # first columns: each request runs without a pause
+            for first in range(Y - O + 1):
+                q, moves = self.starts[c], []
+                for j in range(first, first + O):
+                    moves.append((j, q, "fill" if j == first else "decode"))
+                    q = int(self.next[q])
+                self.add(_Path(c, tuple(moves)))
+
+    def _make(self, lb: float, ub: float, coefs: dict):
+        row = self.solver.Constraint(lb, ub)
+        for var, a in coefs.items():
+            row.SetCoefficient(var, a)
+        return row
+
+    def _row(self, kind: str, lb: float, ub: float, coefs: dict) -> None:
+        self.rows[kind].append(self._make(lb, ub, coefs))
+
+    def add(self, path: _Path) -> None:
+        """A column for ``path``: its KV, tokens and indicators in each batch, its item costs."""
+        sp, R = self.sp, self.rows
+        x = self.solver.NumVar(0.0, self.solver.infinity(), "")
+        coefs: dict = {}
+        cost = 0.0
+
+        def put(row, a: float) -> None:
+            coefs[row] = coefs.get(row, 0.0) + a
+
+        for j, q, move in path.moves:
+            L = int(self.L[q])
+            if move == "hold":
+                put(R["kv"][j], self.held[q])
+                put(R["res"][j], 1.0)
+                continue
+            tokens = L if move == "fill" else 1
+            put(R["kv"][j], L)
+            put(R["res"][j], 1.0)
+            put(R["tok"][j], tokens)
+            for (_, b), rows in zip(sp.lines, self.lines):
+                put(rows[j], -b * tokens)
+            if move == "fill":
+                put(R["fill"][j], L)
+                put(R["pre"][j], -L)
+                cost += sp.pa * self.fill_work[q] + sp.pt * L + sp.rq
+            else:
+                put(R["dec"][j], -L)
+                cost += sp.dk * L + sp.rq
+        for row, a in coefs.items():
+            row.SetCoefficient(x, a)
+        self.convex[path.cls].SetCoefficient(x, 1.0)
+        self.obj.SetCoefficient(x, cost)
+
+    def prices(self) -> tuple[list[float], np.ndarray, np.ndarray, np.ndarray]:
+        """From the LP's row prices (signs clipped to valid ones): φ_j per batch and, per batch and slot,
+        the priced cost of a decode or fill (``run``), of a refill (residents), of staying."""
+        sp, Y, R = self.sp, self.Y, self.rows
+        dual = lambda row, sign: min(0.0, row.dual_value()) if sign < 0 else max(0.0, row.dual_value())
+        L, held, res, fw = self.L, self.held, self.resident, self.fill_work
+        run = np.empty((Y, len(L)))
+        refill = np.empty((Y, len(L)))
+        stay = np.empty((Y, len(L)))
+        phi = []
+        for j in range(Y):
+            kv, tok, fill, rs = (dual(R[k][j], -1) for k in ("kv", "tok", "fill", "res"))
+            dec, pre, one = (dual(R[k][j], +1) for k in ("dec", "pre", "one"))
+            alt = 0.0 if sp.hybrid else dual(R["alt"][j], -1)
+            ls = [dual(rows[j], +1) for rows in self.lines]
+            per_token = sum(y * b for y, (_, b) in zip(ls, sp.lines))      # line prices of one token
+            fill_cost = sp.pa * fw + sp.pt * L + sp.rq - kv * L - rs - (tok + fill - per_token) * L + pre * L
+            decode_cost = sp.dk * L + sp.rq - kv * L - rs - tok + per_token + dec * L
+            run[j] = np.where(res, decode_cost, fill_cost)
+            refill[j] = np.where(res, fill_cost, math.inf) if sp.evict else math.inf
+            stay[j] = np.where(res, -kv * held - rs, 0.0)
+            # batch j's own variables at their least priced values, plus the rows' right-hand sides
+            f_max = self.z[j].ub()
+            own = [(1.0 - sum(ls), f_max), (sp.db - sp.M * dec - one - alt, 1.0),
+                   (sp.pb - sp.M * pre - one - alt, 1.0), (_SLACK_S + kv - sp.M * (dec + pre), self.s[j].ub())]
+            value = sum(min(0.0, rc) * ub for rc, ub in own)
+            value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, sp.lines))
+            if sp.R_max < self.num_requests:
+                value += rs * sp.R_max
+            if not sp.hybrid:
+                value += alt
+            phi.append(value)
+        return phi, run, refill, stay
+
+    def paths(self, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> np.ndarray:
+        """V[k, q]: the least priced path from slot q at batch k to done by batch Y (inf if none); the
+        last column is "done" (0). Residents may also be evicted (free, waiting at batch k + 1)."""
+        Y, S = self.Y, len(self.L)
+        V = np.full((Y + 1, S + 1), math.inf)
+        V[:, S] = 0.0
+        nxt, waiting, res = self.next, self.waiting, self.resident
+        for k in range(Y - 1, -1, -1):
+            after = V[k + 1]
+            best = np.minimum(after[:S] + stay[k], run[k] + after[nxt])
+            if self.sp.evict:
+                best = np.minimum(best, np.where(res, np.minimum(after[waiting], refill[k] + after[nxt]), math.inf))
+            V[k, :S] = best
+        return V
+
+    def best_path(self, c: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> _Path:
+        """The path that attains V[0, start of class c] (module docstring's moves)."""
+        q, moves, S = self.starts[c], [], len(self.L)
+        for k in range(self.Y):
+            if q == S:
+                break
+            after, target = V[k + 1], V[k, q]
+            tol = 1e-12 * max(1.0, abs(target))
+            nq = int(self.next[q])
+            options = [(after[q] + stay[k, q], q, "hold" if self.resident[q] else None),
+                       (run[k, q] + after[nq], nq, "decode" if self.resident[q] else "fill")]
+            if self.sp.evict and self.resident[q]:
+                options += [(after[self.waiting[q]], int(self.waiting[q]), None), (refill[k, q] + after[nq], nq, "fill")]
+            value, q_next, move = next(o for o in options if o[0] <= target + tol)
+            if move is not None:
+                moves.append((k, q, move))
+            q = q_next
+        return _Path(c, tuple(moves))
+
+    def solve(self, deadline: float, rel_tol: float = 1e-7) -> tuple[float, list, np.ndarray, bool]:
+        """Column generation until no path prices out (or ``deadline``): (bound, φ, V, converged).
+
+        The bound is the Lagrangian value at the start state — valid at every iteration, the LP value
+        at convergence."""
+        best = (-math.inf, None, None)
+        converged = False
+        while True:
+            status = self.solver.Solve()
+            if status != self.solver.OPTIMAL:
+                raise RuntimeError(f"trajectory LP (Y={self.Y}): GLOP returned status {status}")
+            phi, run, refill, stay = self.prices()
+            V = self.paths(run, refill, stay)
+            starts = [V[0, q] for q in self.starts]
+            bound = sum(phi) + sum(len(idx) * v for (_, _, idx), v in zip(self.sp.classes, starts))
+            if bound > best[0]:
+                best = (bound, phi, V)
+            lp = self.obj.Value()
+            added = 0
+            for c, v in enumerate(starts):
+                if v - self.convex[c].dual_value() < -rel_tol * max(1.0, abs(lp)):
+                    self.add(self.best_path(c, V, run, refill, stay))
+                    added += 1
+            if not added or lp - best[0] <= rel_tol * abs(lp):
+                converged = True
+                break
+            if time.perf_counter() > deadline:
+                break
+        return best[0], best[1], best[2], converged
+
+
+class TrajectoryBound:
+    """Lagrangian tables of the trajectory LP for every batch count a better schedule may have.
+
+    Built for Y = ``y_min``, ``y_min`` + 1, … while the class-state bound for Y batches stays below
+    ``upper_s`` (no schedule with more batches can beat the incumbent) and time is left; a Y not
+    reached is bounded by the class-state bound alone. ``root_bound`` is the least over all Y.
+    """
+
+    def __init__(self, sp, y_min: int, upper_s: float, time_budget_s: float):
+        t0 = time.perf_counter()
+        deadline = t0 + time_budget_s
+        start = sp._state_terms(sp.start)
+        h_of = lambda y: sp._h((y,) + start[1:], 0)
+        self.tables: dict[int, tuple[list[float], list[list[float]]]] = {}
+        self.root: dict[int, float] = {}
+        self.is_converged = True
+        Y = max(y_min, start[0])
+        while h_of(Y) <= upper_s and time.perf_counter() < deadline:
+            try:
+                bound, phi, V, converged = TrajectoryLP(sp, Y).solve(deadline)
+            except RuntimeError as exc:       # GLOP gave up: the tables built so far stay valid
+                log.warning("trajectory bound stops at Y=%d: %s", Y, exc)
+                break
+            self.is_converged &= converged
+            if phi is not None:
+                self.tables[Y] = (np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist())
+                self.root[Y] = max(bound, h_of(Y))
+            Y += 1
+        self.y_max = max(self.tables, default=Y - 1)
+        first = max(y_min, start[0])
+        self.root_bound = min([h_of(max(Y, self.y_max + 1))] +
+                              [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)])
+        self.wall_s = time.perf_counter() - t0
+
+    def remaining(self, s: tuple, spent: int, y_left: int, h_of) -> float:
+        """A lower bound on the time left from state ``s`` after ``spent`` batches, with at least ``y_left``
+        batches left: the least over totals Y of max(class-state bound for Y - spent batches,
+        Lagrangian bound for Y); ``h_of(y)`` is the class-state bound for y batches left."""
+        nz = [(q, n) for q, n in enumerate(s) if n]
+        best = h_of(max(y_left, self.y_max + 1 - spent))       # totals past the tables
+        for Y in range(spent + y_left, self.y_max + 1):
+            table = self.tables.get(Y)
+            h = h_of(Y - spent)
+            if h >= best:
+                break                                          # h grows with Y: nothing further is lower
+            if table is not None:
+                row = table[1][spent]
+                lag = table[0][spent] + sum(n * row[q] for q, n in nz)
+                if lag > h:
+                    h = lag
+            if h < best:
+                best = h
+        return best
