@@ -144,16 +144,19 @@ def _maximal_moves(m: list, groups: list, M: int, R_max: int, out: set) -> None:
     """Every inclusion-maximal choice of items (counts per equal-level run) that fits; adds its predecessor.
 
     ``need`` is the least item KV of a run not taken whole so far: the choice is maximal only if the
-    room left at the end is below it, so a branch whose remaining runs cannot use up enough room is cut.
+    room left at the end is below it or R_max is used up, so a branch whose remaining runs can do
+    neither is cut.
     """
     G = len(groups)
-    suffix = [0] * (G + 1)
+    suffix = [0] * (G + 1)                                   # KV of all items of runs g..
+    items = [0] * (G + 1)                                    # and their number
     for g in range(G - 1, -1, -1):
         suffix[g] = suffix[g + 1] + groups[g][1] * groups[g][2]
+        items[g] = items[g + 1] + groups[g][1]
     taken = [0] * G
 
     def walk(g: int, room: int, slots: int, need: int) -> None:
-        if slots > 0 and suffix[g] <= room - need:
+        if slots > items[g] and suffix[g] <= room - need:  # neither room nor R_max can run out: not maximal
             return
         if g == G:
             p = list(m)

@@ -145,3 +145,49 @@ def test_requirements_say_exactly_which_batches_leave_d_batches(inst, rnd):
             ran = Counter(offsets[c] + lv for k, (c, lv) in enumerate(flat) if (mask >> k) & 1)
             meets = any(all(ran[i] >= r for i, r in alt) for alt in needs)
             assert meets == (table(after) <= d), (levels, d, mask, needs)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_instances(max_requests=4, max_len=4, online=False), st.randoms(use_true_random=False))
+def test_the_table_is_exact_from_random_states_with_and_without_r_max(inst, rnd):
+    """Batches left from a random state: the table against an exhaustive search of the relaxation (each
+    batch advances any set of unfinished requests whose items I + level fit in M, at most R_max of them).
+    Regression: maximal moves limited by R_max rather than M were once cut, and the table overcounted."""
+    w, lim = inst
+    classes = [(I, O, len(idx)) for I, O, idx in classes_of(w)]
+    if any(I + O - 1 > lim.M for I, O, _ in classes):
+        return
+    R_max = lim.R_max or sum(n for _, _, n in classes)
+    table = RemainingBatches(classes, lim.M, lim.R_max, time_budget_s=10)
+    if not table.is_complete:
+        return
+    chains = [(I, O) for I, O, n in classes for _ in range(n)]
+
+    def canonical(lv):                     # per class sorted, as the table keys its states
+        out, k = [], 0
+        for _, _, n in classes:
+            out += sorted(lv[k:k + n])
+            k += n
+        return tuple(out)
+
+    memo = {}
+
+    def left(lv: tuple) -> int:
+        if all(t == O for t, (_, O) in zip(lv, chains)):
+            return 0
+        if lv not in memo:
+            todo = [k for k, (t, (_, O)) in enumerate(zip(lv, chains)) if t < O]
+            best = 10 ** 9
+            for r in range(1, min(len(todo), R_max) + 1):
+                for run in itertools.combinations(todo, r):
+                    if sum(chains[k][0] + lv[k] for k in run) <= lim.M:
+                        nxt = list(lv)
+                        for k in run:
+                            nxt[k] += 1
+                        best = min(best, 1 + left(canonical(nxt)))
+            memo[lv] = best
+        return memo[lv]
+
+    for _ in range(5):
+        lv = canonical([rnd.randint(0, O) for _, O in chains])
+        assert table(lv) == left(lv), (lv, classes, lim)
