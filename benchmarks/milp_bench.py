@@ -15,8 +15,8 @@ Sections (all numbers are measured by this script on the machine it runs on):
 - incumbents: schedules without proof for B = 8, 12, 16 — beam search (ranked by
   the lower bound) and the pilot search (ranked by rule-based completions), as
   latency ratios to the width-128 beam run in the same process.
-- astar: the exact search with and without its successor cut, B = 5 … 8, as
-  a wall-time ratio (same expansions, same optimum).
+- astar: the exact search without its successor cut, with it, and with the
+  trajectory LP's Lagrangian tables, B = 5 … 8, as wall-time ratios (same optimum).
 - ablation: time to optimality (or the gap left) with one strengthening off, and
   for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
   beam), the aggregated class flows and the per-request model.
@@ -176,32 +176,41 @@ def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
 
 
 def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
-    """A* with and without the successor cut (batches that cannot beat the cutoff dropped before their
-    evictions are enumerated), from the same table and pilot incumbent, as a wall-time ratio."""
+    """A* three ways, from the same table and pilot incumbent: without the successor cut, with it (batches
+    that cannot beat the cutoff dropped before their evictions are enumerated), and with the cut and the
+    trajectory LP's Lagrangian tables (:mod:`infermax.csp.trajectorylp`, given a sixth of the budget, as
+    ``solve_optimal`` does) — wall-time ratios in the same process."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
     from infermax.csp.batchtable import RemainingBatches
     from infermax.csp.search import exact_search, pilot_search
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
+    variants = {"uncut": {"cut_successors": False}, "cut": {}, "lp": {"lp_budget_s": time_limit / 6}}
     rows = []
     for B in [b for b in (5, 6, 7, 8) if b <= max_B]:
         w = Workload.from_spec(f"fixed:I=16,O=16,B={B}")
         rest = RemainingBatches([(16, 16, B)], lim.M, lim.R_max, time_budget_s=time_limit)
         upper = pilot_search(w, lim, cost, policy, width=16, time_budget_s=time_limit)[1]
         runs = {}
-        for cut in (False, True):
-            found = exact_search(w, lim, cost, policy, upper_s=upper, time_budget_s=time_limit, rel_gap=1e-4,
-                                 min_batches=rest.num_batches, rest=rest, cut_successors=cut)
-            runs[cut] = found
-            print(f"  B={B} / cut={cut}: {found.wall_s:.1f} s", file=sys.stderr, flush=True)
-        both = all(f.is_complete for f in runs.values())
-        rows.append({"B": B, "expanded": runs[True].num_expanded, "same_result": both and
-                     runs[True].value_s == runs[False].value_s and runs[True].num_expanded == runs[False].num_expanded,
-                     "uncut_s": round(runs[False].wall_s, 2), "cut_s": round(runs[True].wall_s, 2),
-                     "cut_vs_uncut": round(runs[True].wall_s / runs[False].wall_s, 3) if both else None})
-    print(f"\nA* successor cut (I=O=16, M=128; same table and incumbent; {time_limit} s budget each)")
-    table(rows, ["B", "expanded", "same_result", "uncut_s", "cut_s", "cut_vs_uncut"])
+        for name, kwargs in variants.items():
+            runs[name] = exact_search(w, lim, cost, policy, upper_s=upper, time_budget_s=time_limit, rel_gap=1e-4,
+                                      min_batches=rest.num_batches, rest=rest, **kwargs)
+            print(f"  B={B} / {name}: {runs[name].wall_s:.1f} s", file=sys.stderr, flush=True)
+
+        def ratio(a: str, b: str) -> float | None:
+            done = runs[a].is_complete and runs[b].is_complete
+            return round(runs[a].wall_s / runs[b].wall_s, 3) if done else None
+
+        values = {r.value_s for r in runs.values() if r.is_complete}
+        rows.append({"B": B, "same_optimum": len(values) == 1 and all(r.is_complete for r in runs.values()),
+                     "expanded": runs["cut"].num_expanded, "expanded_lp": runs["lp"].num_expanded,
+                     **{f"{name}_s": round(r.wall_s, 2) for name, r in runs.items()},
+                     "cut_vs_uncut": ratio("cut", "uncut"), "lp_vs_cut": ratio("lp", "cut")})
+    print(f"\nA* successor cut and Lagrangian tables (I=O=16, M=128; same table and incumbent; "
+          f"{time_limit} s budget each)")
+    table(rows, ["B", "same_optimum", "expanded", "expanded_lp", "uncut_s", "cut_s", "lp_s", "cut_vs_uncut",
+                 "lp_vs_cut"])
     return rows
 
 

@@ -45,6 +45,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 _SLACK_S = 1.0          # price of one token of KV overflow (s_j): keeps every restricted LP feasible
+_UNIT_S = 1e-3          # the LP's unit of time
 
 
 def is_available() -> bool:
@@ -56,17 +57,22 @@ def is_available() -> bool:
 class _Path:
     """A request's path: per batch, (slot, move) for the batches in which it runs or holds."""
 
-    cls: int
+    start: int               # the slot it starts from
     moves: tuple             # ((batch, slot, "decode" | "fill" | "hold"), ...)
 
 
 class TrajectoryLP:
-    """The trajectory LP for exactly ``Y`` batches, solved by column generation (module docstring)."""
+    """The trajectory LP for exactly ``Y`` batches, solved by column generation (module docstring).
 
-    def __init__(self, sp, Y: int):
+    state, depth: the requests start from ``state`` (the start state if None) at batch ``depth``; the
+    prices then bound every state after ``depth`` or more batches.
+    """
+
+    def __init__(self, sp, Y: int, state: tuple | None = None, depth: int = 0):
         from ortools.linear_solver import pywraplp   # lazily: the search works without it
 
-        self.sp, self.Y = sp, Y
+        self.sp, self.Y, self.depth = sp, Y, depth
+        self.state = sp.start if state is None else state
         slots = sp.slots
         self.L = np.array([sl[3] for sl in slots], dtype=np.float64)
         self.held = np.array([sl[4] for sl in slots], dtype=np.float64)
@@ -76,15 +82,19 @@ class TrajectoryLP:
         self.next = np.array([q if q >= 0 else S for q in sp.next_slot])
         self.waiting = np.array(sp.waiting_slot)
         self.num_requests = sum(len(idx) for _, _, idx in sp.classes)
-        self.starts = [sp.base[c] for c in range(len(sp.classes))]
+        self.starts = [q for q, n in enumerate(self.state) if n]
+        # times in the LP are in milliseconds (GLOP copes badly with costs of 1e-9 s next to KV of 1e3)
+        self.t_lines = [(a / _UNIT_S, b / _UNIT_S) for a, b in sp.lines]
+        self.t_db, self.t_pb, self.t_dk, self.t_pa, self.t_pt, self.t_rq = (
+            x / _UNIT_S for x in (sp.db, sp.pb, sp.dk, sp.pa, sp.pt, sp.rq))
         self._build(pywraplp)
 
     def _build(self, pywraplp) -> None:
-        """Batch variables z, u, v, s and the rows of every batch; one convexity row per class."""
+        """Batch variables z, u, v, s and the rows of every batch; one convexity row per starting slot."""
         sp, Y, M = self.sp, self.Y, self.sp.M
         solver = self.solver = pywraplp.Solver.CreateSolver("GLOP")
         inf = solver.infinity()
-        f_max = max(a + b * sp.C for a, b in sp.lines)
+        f_max = max(a + b * sp.C for a, b in self.t_lines)
         self.z = [solver.NumVar(0.0, f_max, f"z{j}") for j in range(Y)]
         self.u = [solver.NumVar(0.0, 1.0, f"u{j}") for j in range(Y)]
         self.v = [solver.NumVar(0.0, 1.0, f"v{j}") for j in range(Y)]
@@ -92,32 +102,36 @@ class TrajectoryLP:
         obj = self.obj = solver.Objective()
         obj.SetMinimization()
         self.rows: dict[str, list] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
-        self.lines = [[] for _ in sp.lines]
+        self.lines = [[] for _ in self.t_lines]
         has_res = sp.R_max < self.num_requests
-        for j in range(Y):
+        for j in range(Y):           # batches before ``depth`` are past: their rows stay empty and free
             z, u, v, s = self.z[j], self.u[j], self.v[j], self.s[j]
-            obj.SetCoefficient(z, 1.0)
-            obj.SetCoefficient(u, sp.db)
-            obj.SetCoefficient(v, sp.pb)
-            obj.SetCoefficient(s, _SLACK_S)
+            on = float(j >= self.depth)
+            obj.SetCoefficient(z, on)
+            obj.SetCoefficient(u, on * self.t_db)
+            obj.SetCoefficient(v, on * self.t_pb)
+            obj.SetCoefficient(s, _SLACK_S / _UNIT_S)
             self._row("kv", -inf, M, {s: -1.0})
             self._row("tok", -inf, sp.C, {})
             self._row("fill", -inf, sp.P, {})
             self._row("res", -inf, sp.R_max if has_res else inf, {})
-            for (a, _), rows in zip(sp.lines, self.lines):
+            for (a, _), rows in zip(self.t_lines, self.lines):
                 rows.append(self._make(a, inf, {z: 1.0}))
             self._row("dec", 0.0, inf, {u: M, s: M})
             self._row("pre", 0.0, inf, {v: M, s: M})
             self._row("one", 1.0, inf, {u: 1.0, v: 1.0})
             self._row("alt", -inf, inf if sp.hybrid else 1.0, {u: 1.0, v: 1.0})
-        self.convex = [self._make(len(idx), len(idx), {}) for _, _, idx in sp.classes]
-        for c, (_, O, _) in enumerate(sp.classes):      # first columns: each request runs without a pause
-            for first in range(Y - O + 1):
-                q, moves = self.starts[c], []
-                for j in range(first, first + O):
-                    moves.append((j, q, "fill" if j == first else "decode"))
-                    q = int(self.next[q])
-                self.add(_Path(c, tuple(moves)))
+        S = len(self.L)
+        self.convex = {q: self._make(self.state[q], self.state[q], {}) for q in self.starts}
+        for q0 in self.starts:                     # first columns: each request runs without a pause
+            for first in range(self.depth, Y):
+                q, moves, j = q0, [], first
+                while q != S and j < Y:
+                    moves.append((j, q, "decode" if self.resident[q] else "fill"))
+                    q, j = int(self.next[q]), j + 1
+                if q != S:
+                    break
+                self.add(_Path(q0, tuple(moves)))
 
     def _make(self, lb: float, ub: float, coefs: dict):
         row = self.solver.Constraint(lb, ub)
@@ -148,19 +162,24 @@ class TrajectoryLP:
             put(R["kv"][j], L)
             put(R["res"][j], 1.0)
             put(R["tok"][j], tokens)
-            for (_, b), rows in zip(sp.lines, self.lines):
+            for (_, b), rows in zip(self.t_lines, self.lines):
                 put(rows[j], -b * tokens)
             if move == "fill":
                 put(R["fill"][j], L)
                 put(R["pre"][j], -L)
-                cost += sp.pa * self.fill_work[q] + sp.pt * L + sp.rq
+                cost += self.t_pa * self.fill_work[q] + self.t_pt * L + self.t_rq
             else:
                 put(R["dec"][j], -L)
-                cost += sp.dk * L + sp.rq
+                cost += self.t_dk * L + self.t_rq
         for row, a in coefs.items():
             row.SetCoefficient(x, a)
-        self.convex[path.cls].SetCoefficient(x, 1.0)
+        self.convex[path.start].SetCoefficient(x, 1.0)
         self.obj.SetCoefficient(x, cost)
+
+    @property
+    def value_s(self) -> float:
+        """The restricted LP's value (s) after the last solve."""
+        return self.obj.Value() * _UNIT_S
 
     def prices(self) -> tuple[list[float], np.ndarray, np.ndarray, np.ndarray]:
         """From the LP's row prices (signs clipped to valid ones): φ_j per batch and, per batch and slot,
@@ -177,24 +196,24 @@ class TrajectoryLP:
             dec, pre, one = (dual(R[k][j], +1) for k in ("dec", "pre", "one"))
             alt = 0.0 if sp.hybrid else dual(R["alt"][j], -1)
             ls = [dual(rows[j], +1) for rows in self.lines]
-            per_token = sum(y * b for y, (_, b) in zip(ls, sp.lines))      # line prices of one token
-            fill_cost = sp.pa * fw + sp.pt * L + sp.rq - kv * L - rs - (tok + fill - per_token) * L + pre * L
-            decode_cost = sp.dk * L + sp.rq - kv * L - rs - tok + per_token + dec * L
+            per_token = sum(y * b for y, (_, b) in zip(ls, self.t_lines))      # line prices of one token
+            fill_cost = self.t_pa * fw + self.t_pt * L + self.t_rq - kv * L - rs - (tok + fill - per_token) * L + pre * L
+            decode_cost = self.t_dk * L + self.t_rq - kv * L - rs - tok + per_token + dec * L
             run[j] = np.where(res, decode_cost, fill_cost)
             refill[j] = np.where(res, fill_cost, math.inf) if sp.evict else math.inf
             stay[j] = np.where(res, -kv * held - rs, 0.0)
             # batch j's own variables at their least priced values, plus the rows' right-hand sides
             f_max = self.z[j].ub()
-            own = [(1.0 - sum(ls), f_max), (sp.db - sp.M * dec - one - alt, 1.0),
-                   (sp.pb - sp.M * pre - one - alt, 1.0), (_SLACK_S + kv - sp.M * (dec + pre), self.s[j].ub())]
+            own = [(1.0 - sum(ls), f_max), (self.t_db - sp.M * dec - one - alt, 1.0),
+                   (self.t_pb - sp.M * pre - one - alt, 1.0), (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub())]
             value = sum(min(0.0, rc) * ub for rc, ub in own)
-            value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, sp.lines))
+            value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, self.t_lines))
             if sp.R_max < self.num_requests:
                 value += rs * sp.R_max
             if not sp.hybrid:
                 value += alt
-            phi.append(value)
-        return phi, run, refill, stay
+            phi.append(value * _UNIT_S if j >= self.depth else 0.0)
+        return phi, run * _UNIT_S, refill * _UNIT_S, stay * _UNIT_S
 
     def paths(self, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> np.ndarray:
         """V[k, q]: the least priced path from slot q at batch k to done by batch Y (inf if none); the
@@ -211,10 +230,10 @@ class TrajectoryLP:
             V[k, :S] = best
         return V
 
-    def best_path(self, c: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> _Path:
-        """The path that attains V[0, start of class c] (module docstring's moves)."""
-        q, moves, S = self.starts[c], [], len(self.L)
-        for k in range(self.Y):
+    def best_path(self, q0: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> _Path:
+        """The path from slot ``q0`` at batch ``depth`` that attains V[depth, q0] (module docstring's moves)."""
+        q, moves, S = q0, [], len(self.L)
+        for k in range(self.depth, self.Y):
             if q == S:
                 break
             after, target = V[k + 1], V[k, q]
@@ -228,7 +247,7 @@ class TrajectoryLP:
             if move is not None:
                 moves.append((k, q, move))
             q = q_next
-        return _Path(c, tuple(moves))
+        return _Path(q0, tuple(moves))
 
     def solve(self, deadline: float, rel_tol: float = 1e-7) -> tuple[float, list, np.ndarray, bool]:
         """Column generation until no path prices out (or ``deadline``): (bound, φ, V, converged).
@@ -239,19 +258,22 @@ class TrajectoryLP:
         converged = False
         while True:
             status = self.solver.Solve()
+            if status != self.solver.OPTIMAL:       # GLOP lost its way from the last basis: once from scratch
+                self.solver.Reset()
+                status = self.solver.Solve()
             if status != self.solver.OPTIMAL:
                 raise RuntimeError(f"trajectory LP (Y={self.Y}): GLOP returned status {status}")
             phi, run, refill, stay = self.prices()
             V = self.paths(run, refill, stay)
-            starts = [V[0, q] for q in self.starts]
-            bound = sum(phi) + sum(len(idx) * v for (_, _, idx), v in zip(self.sp.classes, starts))
+            starts = [V[self.depth, q] for q in self.starts]
+            bound = sum(phi[self.depth:]) + sum(self.state[q] * v for q, v in zip(self.starts, starts))
             if bound > best[0]:
                 best = (bound, phi, V)
-            lp = self.obj.Value()
+            lp = self.value_s
             added = 0
-            for c, v in enumerate(starts):
-                if v - self.convex[c].dual_value() < -rel_tol * max(1.0, abs(lp)):
-                    self.add(self.best_path(c, V, run, refill, stay))
+            for q, v in zip(self.starts, starts):
+                if v - self.convex[q].dual_value() * _UNIT_S < -rel_tol * abs(lp):
+                    self.add(self.best_path(q, V, run, refill, stay))
                     added += 1
             if not added or lp - best[0] <= rel_tol * abs(lp):
                 converged = True
@@ -277,6 +299,7 @@ class TrajectoryBound:
         self.tables: dict[int, tuple[list[float], list[list[float]]]] = {}
         self.root: dict[int, float] = {}
         self.is_converged = True
+        self._memo: dict = {}                       # (state, batches spent) -> remaining()
         Y = max(y_min, start[0])
         while h_of(Y) <= upper_s and time.perf_counter() < deadline:
             try:
@@ -299,6 +322,10 @@ class TrajectoryBound:
         """A lower bound on the time left from state ``s`` after ``spent`` batches, with at least ``y_left``
         batches left: the least over totals Y of max(class-state bound for Y - spent batches,
         Lagrangian bound for Y); ``h_of(y)`` is the class-state bound for y batches left."""
+        key = (s, spent)
+        best = self._memo.get(key)
+        if best is not None:
+            return best
         nz = [(q, n) for q, n in enumerate(s) if n]
         best = h_of(max(y_left, self.y_max + 1 - spent))       # totals past the tables
         for Y in range(spent + y_left, self.y_max + 1):
@@ -313,4 +340,5 @@ class TrajectoryBound:
                     h = lag
             if h < best:
                 best = h
+        self._memo[key] = best
         return best

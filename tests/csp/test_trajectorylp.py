@@ -88,7 +88,7 @@ def test_the_lp_prices_residency_the_class_state_bound_does_not(cost):
     bound, _, _, converged = lp.solve(deadline=math.inf)
     h = sp.bound(sp.start, 0)
     assert converged and h + 2e-3 < bound < 0.2235911
-    assert lp.obj.Value() == pytest.approx(bound, rel=1e-6)      # the Lagrangian at the start is the LP value
+    assert lp.value_s == pytest.approx(bound, rel=1e-6)      # the Lagrangian at the start is the LP value
 
 
 def test_the_tables_halve_a_stars_expansions_on_seven_requests(cost):
