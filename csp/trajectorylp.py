@@ -62,17 +62,14 @@ class _Path:
 
 
 class TrajectoryLP:
-    """The trajectory LP for exactly ``Y`` batches, solved by column generation (module docstring).
+    """The trajectory LP for exactly ``Y`` batches from the start state, solved by column generation
+    (module docstring)."""
 
-    state, depth: the requests start from ``state`` (the start state if None) at batch ``depth``; the
-    prices then bound every state after ``depth`` or more batches.
-    """
-
-    def __init__(self, sp, Y: int, state: tuple | None = None, depth: int = 0):
+    def __init__(self, sp, Y: int):
         from ortools.linear_solver import pywraplp   # lazily: the search works without it
 
-        self.sp, self.Y, self.depth = sp, Y, depth
-        self.state = sp.start if state is None else state
+        self.sp, self.Y = sp, Y
+        self.state = sp.start
         slots = sp.slots
         self.L = np.array([sl[3] for sl in slots], dtype=np.float64)
         self.held = np.array([sl[4] for sl in slots], dtype=np.float64)
@@ -104,12 +101,11 @@ class TrajectoryLP:
         self.rows: dict[str, list] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
         self.lines = [[] for _ in self.t_lines]
         has_res = sp.R_max < self.num_requests
-        for j in range(Y):           # batches before ``depth`` are past: their rows stay empty and free
+        for j in range(Y):
             z, u, v, s = self.z[j], self.u[j], self.v[j], self.s[j]
-            on = float(j >= self.depth)
-            obj.SetCoefficient(z, on)
-            obj.SetCoefficient(u, on * self.t_db)
-            obj.SetCoefficient(v, on * self.t_pb)
+            obj.SetCoefficient(z, 1.0)
+            obj.SetCoefficient(u, self.t_db)
+            obj.SetCoefficient(v, self.t_pb)
             obj.SetCoefficient(s, _SLACK_S / _UNIT_S)
             self._row("kv", -inf, M, {s: -1.0})
             self._row("tok", -inf, sp.C, {})
@@ -124,7 +120,7 @@ class TrajectoryLP:
         S = len(self.L)
         self.convex = {q: self._make(self.state[q], self.state[q], {}) for q in self.starts}
         for q0 in self.starts:                     # first columns: each request runs without a pause
-            for first in range(self.depth, Y):
+            for first in range(Y):
                 q, moves, j = q0, [], first
                 while q != S and j < Y:
                     moves.append((j, q, "decode" if self.resident[q] else "fill"))
@@ -212,7 +208,7 @@ class TrajectoryLP:
                 value += rs * sp.R_max
             if not sp.hybrid:
                 value += alt
-            phi.append(value * _UNIT_S if j >= self.depth else 0.0)
+            phi.append(value * _UNIT_S)
         return phi, run * _UNIT_S, refill * _UNIT_S, stay * _UNIT_S
 
     def paths(self, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> np.ndarray:
@@ -231,9 +227,9 @@ class TrajectoryLP:
         return V
 
     def best_path(self, q0: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> _Path:
-        """The path from slot ``q0`` at batch ``depth`` that attains V[depth, q0] (module docstring's moves)."""
+        """The path from slot ``q0`` at batch 0 that attains V[0, q0] (module docstring's moves)."""
         q, moves, S = q0, [], len(self.L)
-        for k in range(self.depth, self.Y):
+        for k in range(self.Y):
             if q == S:
                 break
             after, target = V[k + 1], V[k, q]
@@ -258,21 +254,22 @@ class TrajectoryLP:
         converged = False
         while True:
             status = self.solver.Solve()
-            if status != self.solver.OPTIMAL:       # GLOP lost its way from the last basis: once from scratch
-                self.solver.Reset()
+            if status != self.solver.OPTIMAL:       # GLOP lost its way: once more with the other simplex
+                self.solver.SetSolverSpecificParametersAsString("use_dual_simplex: true")
                 status = self.solver.Solve()
             if status != self.solver.OPTIMAL:
                 raise RuntimeError(f"trajectory LP (Y={self.Y}): GLOP returned status {status}")
             phi, run, refill, stay = self.prices()
             V = self.paths(run, refill, stay)
-            starts = [V[self.depth, q] for q in self.starts]
-            bound = sum(phi[self.depth:]) + sum(self.state[q] * v for q, v in zip(self.starts, starts))
+            starts = [V[0, q] for q in self.starts]
+            bound = sum(phi) + sum(self.state[q] * v for q, v in zip(self.starts, starts))
             if bound > best[0]:
                 best = (bound, phi, V)
             lp = self.value_s
             added = 0
-            for q, v in zip(self.starts, starts):
-                if v - self.convex[q].dual_value() * _UNIT_S < -rel_tol * abs(lp):
+            mu = [self.convex[q].dual_value() * _UNIT_S for q in self.starts]   # read all before adding any
+            for q, v, m in zip(self.starts, starts, mu):
+                if v - m < -rel_tol * abs(lp):
                     self.add(self.best_path(q, V, run, refill, stay))
                     added += 1
             if not added or lp - best[0] <= rel_tol * abs(lp):
