@@ -204,7 +204,7 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
     info = {"method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
             else "stopped", "solver_wall_s": found.wall_s, "search": {
                 "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,
-                "complete": found.is_complete, **extra}}
+                "complete": found.is_complete, "trajectory_lp": found.trajectory_lp, **extra}}
     if found.value_s is not None and policy.chunked_prefill:
         info["relaxation"] = "each (re)fill priced at its least prefill work (L^2+L)/2: bound valid, " \
                              "objective replayed"

@@ -2,12 +2,13 @@
 
 :func:`exact_search` is A* over :class:`.classstate.ClassStateSpace` (the
 states, moves and admissible bound are described there), from "all waiting" to
-"all done", dropping states whose f = g + h cannot beat a known schedule. It
-is anytime: stopped early, the least f on the open list is still a valid lower
-bound on every schedule. It is exponential in the number of requests: on
-I = O = 16, M = 128 it proves B = 7 in seconds and B = 8 in about two minutes (see
-benchmarks/milp_bench.py); :func:`pilot_search` and :func:`beam_search` then
-supply the incumbent.
+"all done", dropping states whose f = g + h cannot beat a known schedule; h is
+raised by the trajectory LP's Lagrangian tables (:mod:`.trajectorylp`) where
+they are built. It is anytime: stopped early, the least f on the open list (or
+the LP's root bound, if higher) is still a valid lower bound on every schedule.
+It is exponential in the number of requests: on I = O = 16, M = 128 it proves
+B = 7 in about a second and B = 8 in under a minute (see benchmarks/milp_bench.py);
+:func:`pilot_search` and :func:`beam_search` supply the incumbent.
 """
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from .trajectorylp import TrajectoryBound
 class SearchResult:
     """schedule: an optimal schedule (None if the search stopped early or found nothing below ``upper_s``);
     value_s: the search's price of it (a lower bound when fills are relaxed); bound_s: a valid lower bound
-    on the latency of every schedule; is_complete: the search ran to the end; effort counters."""
+    on the latency of every schedule; is_complete: the search ran to the end; effort counters;
+    trajectory_lp: what the trajectory LP's tables gave, if built (batch counts, root bound, whether
+    column generation converged, build time)."""
 
     schedule: Schedule | None
     value_s: float | None
@@ -40,6 +43,7 @@ class SearchResult:
     num_expanded: int
     num_generated: int
     wall_s: float
+    trajectory_lp: dict | None = None
 
 
 def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: Policy) -> tuple[bool, str]:
@@ -73,6 +77,8 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     cut_successors: let :meth:`.classstate.ClassStateSpace.successors` drop batches that cannot beat the
     cutoff before enumerating their evictions, and enumerate only batches leaving one batch fewer when
     no other can beat it (same result; off only to measure what it buys).
+    lp_budget_s: time for the trajectory LP's Lagrangian tables (:mod:`.trajectorylp`), which raise the
+    bound of every state by pricing residency (0: none; needs OR-Tools).
     """
     ok, why = is_applicable(workload, limits, cost, policy)
     if not ok:
@@ -80,8 +86,12 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     t0 = time.perf_counter()
     sp = ClassStateSpace(workload, limits, cost, policy, min_batches, rest)
     cutoff = upper_s * (1 - rel_gap / 2)     # finishing without a path proves a gap of rel_gap / 2 < rel_gap
+    lp = root = None
     if lp_budget_s > 0:
-        sp.trajectories = TrajectoryBound(sp, min_batches, cutoff, lp_budget_s)
+        tb = sp.trajectories = TrajectoryBound(sp, min_batches, cutoff, lp_budget_s)
+        root = tb.root_bound
+        lp = {"batch_counts": sorted(tb.tables), "root_bound_s": root, "converged": tb.is_converged,
+              "wall_s": round(tb.wall_s, 3)}
     best = {sp.start: 0.0}
     parent: dict[tuple, tuple] = {}
     heap = [(sp.bound(sp.start, 0), 0.0, 0, sp.start)]
@@ -95,10 +105,11 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                 moves.append(move)
             return SearchResult(schedule=to_schedule(sp, moves[::-1], workload), value_s=g, bound_s=g,
                                 is_complete=True, num_expanded=expanded, num_generated=generated,
-                                wall_s=time.perf_counter() - t0)
+                                wall_s=time.perf_counter() - t0, trajectory_lp=lp)
         if time.perf_counter() - t0 > time_budget_s or len(best) > max_states:
-            return SearchResult(schedule=None, value_s=None, bound_s=min(f, upper_s), is_complete=False,
-                                num_expanded=expanded, num_generated=generated, wall_s=time.perf_counter() - t0)
+            return SearchResult(schedule=None, value_s=None, bound_s=min(max(f, root or f), upper_s),
+                                is_complete=False, num_expanded=expanded, num_generated=generated,
+                                wall_s=time.perf_counter() - t0, trajectory_lp=lp)
         heapq.heappop(heap)
         if g > best[s]:
             continue
@@ -115,7 +126,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                 heapq.heappush(heap, (fv, ng, k + 1, ns))
     # nothing beats the known schedule by rel_gap / 2: its latency, less that, is a bound
     return SearchResult(schedule=None, value_s=None, bound_s=cutoff, is_complete=True, num_expanded=expanded,
-                        num_generated=generated, wall_s=time.perf_counter() - t0)
+                        num_generated=generated, wall_s=time.perf_counter() - t0, trajectory_lp=lp)
 
 
 def _width_space(name: str, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, width: int,

@@ -307,12 +307,12 @@ class TrajectoryBound:
             self.is_converged &= converged
             if phi is not None:
                 self.tables[Y] = (np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist())
-                self.root[Y] = max(bound, h_of(Y))
+                self.root[Y] = float(max(bound, h_of(Y)))
             Y += 1
         self.y_max = max(self.tables, default=Y - 1)
         first = max(y_min, start[0])
-        self.root_bound = min([h_of(max(Y, self.y_max + 1))] +
-                              [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)])
+        self.root_bound = float(min([h_of(max(Y, self.y_max + 1))] +
+                                    [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)]))
         self.wall_s = time.perf_counter() - t0
 
     def remaining(self, s: tuple, spent: int, y_left: int, h_of) -> float:

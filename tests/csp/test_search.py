@@ -143,6 +143,15 @@ def test_seven_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
     assert len(r.schedule) == 23
 
 
+@pytest.mark.slow
+@pytest.mark.solver
+def test_eight_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
+    """Needs the trajectory LP's tables (A* alone took 90 s here): optimum 0.252486 s, 26 batches."""
+    r = solve_optimal("fixed:I=16,O=16,B=8", "M=128,C=4096", cost, time_limit_s=60)
+    assert r.status == "optimal" and r.gap <= 1e-4
+    assert len(r.schedule) == 26 and r.info["search"]["trajectory_lp"]["root_bound_s"] < r.objective
+
+
 @pytest.mark.parametrize("B", [5, 6])
 def test_the_successor_cut_changes_nothing_but_time(cost, B):
     """Batches dropped inside successors (over the cutoff, or not leaving one batch fewer when only that
