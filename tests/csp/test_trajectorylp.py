@@ -15,10 +15,9 @@ from infermax.csp.batchcount import is_applicable as batchcount_applies
 from infermax.csp.batchtable import RemainingBatches
 from infermax.csp.classstate import ClassStateSpace, classes_of
 from infermax.csp.search import exact_search, is_applicable, pilot_search
-from infermax.csp.trajectorylp import TrajectoryBound, TrajectoryLP
+from infermax.csp.trajectorylp import TrajectoryBound, TrajectoryLP, is_available
 
-pytestmark = pytest.mark.skipif(not __import__("infermax.csp.trajectorylp", fromlist=["x"]).is_available(),
-                                reason="OR-Tools (GLOP) is not installed")
+pytestmark = pytest.mark.skipif(not is_available(), reason="OR-Tools (GLOP) is not installed")
 NO_CHUNK = Policy(chunked_prefill=False)
 
 
@@ -91,7 +90,8 @@ def test_the_lp_prices_residency_the_class_state_bound_does_not(cost):
     assert lp.value_s == pytest.approx(bound, rel=1e-6)      # the Lagrangian at the start is the LP value
 
 
-def test_the_tables_halve_a_stars_expansions_on_seven_requests(cost):
+def test_the_tables_cut_a_stars_expansions_by_two_fifths_on_seven_requests(cost):
+    """Measured: 5,938 states expanded without the tables, 3,087 with them."""
     w, lim = Workload.from_spec("fixed:I=16,O=16,B=7"), Limits(M=128, C=4096)
     table = RemainingBatches([(16, 16, 7)], lim.M, None, time_budget_s=30)
     upper = pilot_search(w, lim, cost, Policy(), width=4)[1]
