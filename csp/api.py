@@ -197,8 +197,9 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
     tenths when the table could not be built: A* then rarely finishes, and its bound is little above
     its start) — each better schedule lowers the A* cutoff and is the incumbent if A* cannot finish;
-    A* for the rest. reserve_s: the time to leave unused (for the caller's other methods) when the
-    table is complete, and when it is not; the table's budget counts the larger one out.
+    A* for the rest (up to a sixth of it for the trajectory LP's tables, :mod:`.trajectorylp`).
+    reserve_s: the time to leave unused (for the caller's other methods) when the table is complete,
+    and when it is not; the table's budget counts the larger one out.
     """
     eff = policy.effective_limits(limits)
     start = time.perf_counter()
