@@ -193,7 +193,8 @@ class TrajectoryLP:
             alt = 0.0 if sp.hybrid else dual(R["alt"][j], -1)
             ls = [dual(rows[j], +1) for rows in self.lines]
             per_token = sum(y * b for y, (_, b) in zip(ls, self.t_lines))      # line prices of one token
-            fill_cost = self.t_pa * fw + self.t_pt * L + self.t_rq - kv * L - rs - (tok + fill - per_token) * L + pre * L
+            fill_cost = (self.t_pa * fw + self.t_pt * L + self.t_rq - kv * L - rs
+                         - (tok + fill - per_token) * L + pre * L)
             decode_cost = self.t_dk * L + self.t_rq - kv * L - rs - tok + per_token + dec * L
             run[j] = np.where(res, decode_cost, fill_cost)
             refill[j] = np.where(res, fill_cost, math.inf) if sp.evict else math.inf
@@ -201,7 +202,8 @@ class TrajectoryLP:
             # batch j's own variables at their least priced values, plus the rows' right-hand sides
             f_max = self.z[j].ub()
             own = [(1.0 - sum(ls), f_max), (self.t_db - sp.M * dec - one - alt, 1.0),
-                   (self.t_pb - sp.M * pre - one - alt, 1.0), (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub())]
+                   (self.t_pb - sp.M * pre - one - alt, 1.0),
+                   (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub())]
             value = sum(min(0.0, rc) * ub for rc, ub in own)
             value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, self.t_lines))
             if sp.R_max < self.num_requests:
@@ -238,7 +240,8 @@ class TrajectoryLP:
             options = [(after[q] + stay[k, q], q, "hold" if self.resident[q] else None),
                        (run[k, q] + after[nq], nq, "decode" if self.resident[q] else "fill")]
             if self.sp.evict and self.resident[q]:
-                options += [(after[self.waiting[q]], int(self.waiting[q]), None), (refill[k, q] + after[nq], nq, "fill")]
+                options += [(after[self.waiting[q]], int(self.waiting[q]), None),
+                            (refill[k, q] + after[nq], nq, "fill")]
             value, q_next, move = next(o for o in options if o[0] <= target + tol)
             if move is not None:
                 moves.append((k, q, move))
