@@ -86,12 +86,13 @@ def run_scale(time_limit: float, gap: float, max_B: int, min_B: int = 2) -> list
     rows = []
     for B in range(min_B, max_B + 1):
         r = solve_optimal(f"fixed:I=16,O=16,B={B}", "M=128,C=4096", time_limit_s=time_limit, rel_gap=gap)
-        rows.append(_row(r, B=B, heuristic_s=r.warm_start["objective"],
-                         incumbent=r.info.get("search", {}).get("incumbent")))
+        search = r.info.get("search") or {}
+        rows.append(_row(r, B=B, heuristic_s=r.warm_start["objective"], incumbent=search.get("incumbent"),
+                         lp_root_s=(search.get("trajectory_lp") or {}).get("root_bound_s")))
         print(f"  B={B}: {r.status} in {r.wall_s:.1f} s", file=sys.stderr, flush=True)
     print(f"\nhomogeneous scale (I=O=16, M=128, C=4096, latency; time limit {time_limit} s)")
-    table(rows, ["B", "status", "objective_s", "bound_s", "gap", "wall_s", "batches", "evictions", "method",
-                 "incumbent", "heuristic_s"])
+    table(rows, ["B", "status", "objective_s", "bound_s", "lp_root_s", "gap", "wall_s", "batches", "evictions",
+                 "method", "incumbent", "heuristic_s"])
     solved = [r["B"] for r in rows if r["status"] == "optimal"]
     print(f"largest B proven optimal within {time_limit} s: {max(solved) if solved else None}")
     return rows
