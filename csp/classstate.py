@@ -138,6 +138,15 @@ class ClassStateSpace:
         """h(s): a lower bound on the time of the batches still needed from ``s`` (module docstring)."""
         return self._bound(s, self._state_terms(s), spent)
 
+    def least_batches(self, s: tuple) -> int:
+        """The batches left from ``s`` that its bound counts (the table's exact count, if there is one)."""
+        return self._state_terms(s)[0]
+
+    def bound_for(self, s: tuple, y: int, spent: int) -> float:
+        """h(s) priced for ``y`` >= :meth:`least_batches` batches left."""
+        terms = self._state_terms(s)
+        return self._h((y,) + terms[1:], spent) if terms[0] else 0.0
+
     def _bound(self, s: tuple, terms: tuple, spent: int) -> float:
         """h(s) from its terms, raised by the trajectory LP's Lagrangian tables where they were built."""
         tb = self.trajectories

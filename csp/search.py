@@ -107,7 +107,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
                                 is_complete=True, num_expanded=expanded, num_generated=generated,
                                 wall_s=time.perf_counter() - t0, trajectory_lp=lp)
         if time.perf_counter() - t0 > time_budget_s or len(best) > max_states:
-            return SearchResult(schedule=None, value_s=None, bound_s=min(max(f, root or f), upper_s),
+            return SearchResult(schedule=None, value_s=None, bound_s=min(f if root is None else max(f, root), upper_s),
                                 is_complete=False, num_expanded=expanded, num_generated=generated,
                                 wall_s=time.perf_counter() - t0, trajectory_lp=lp)
         heapq.heappop(heap)

@@ -294,13 +294,12 @@ class TrajectoryBound:
     def __init__(self, sp, y_min: int, upper_s: float, time_budget_s: float):
         t0 = time.perf_counter()
         deadline = t0 + time_budget_s
-        start = sp._state_terms(sp.start)
-        h_of = lambda y: sp._h((y,) + start[1:], 0)
+        h_of = lambda y: sp.bound_for(sp.start, y, 0)
         self.tables: dict[int, tuple[list[float], list[list[float]]]] = {}
         self.root: dict[int, float] = {}
         self.is_converged = True
         self._memo: dict = {}                       # (state, batches spent) -> remaining()
-        Y = max(y_min, start[0])
+        Y = first = max(y_min, sp.least_batches(sp.start))
         while h_of(Y) <= upper_s and time.perf_counter() < deadline:
             try:
                 bound, phi, V, converged = TrajectoryLP(sp, Y).solve(deadline)
@@ -313,7 +312,6 @@ class TrajectoryBound:
                 self.root[Y] = float(max(bound, h_of(Y)))
             Y += 1
         self.y_max = max(self.tables, default=Y - 1)
-        first = max(y_min, start[0])
         self.root_bound = float(min([h_of(max(Y, self.y_max + 1))] +
                                     [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)]))
         self.wall_s = time.perf_counter() - t0
