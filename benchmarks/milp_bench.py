@@ -4,6 +4,7 @@
     python benchmarks/milp_bench.py --sections grid,scale --time-limit 60 --json out.json
     python benchmarks/milp_bench.py --sections incumbents
     python benchmarks/milp_bench.py --sections astar --time-limit 300
+    python benchmarks/milp_bench.py --sections rootlp --time-limit 120
 
 Sections (all numbers are measured by this script on the machine it runs on):
 
@@ -17,6 +18,9 @@ Sections (all numbers are measured by this script on the machine it runs on):
   latency ratios to the width-128 beam run in the same process.
 - astar: the exact search without its successor cut, with it, and with the
   trajectory LP's Lagrangian tables, B = 5 … 8, as wall-time ratios (same optimum).
+- rootlp: the certified root bound of the trajectory LPs alone and with configuration
+  LPs (whole batches, :mod:`infermax.csp.configlp`) in the same time, B = 8 … 16, as
+  ratios to the pilot search's schedule (the gap each leaves).
 - ablation: time to optimality (or the gap left) with one strengthening off, and
   for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
   beam), the aggregated class flows and the per-request model.
@@ -215,6 +219,38 @@ def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     return rows
 
 
+def run_rootlp(time_limit: float, max_B: int) -> list[dict[str, Any]]:
+    """Root bounds (least over batch counts) of the trajectory LPs alone and refined by configuration LPs,
+    each given ``time_limit`` seconds, against the latency of the pilot search's schedule."""
+    from infermax import Limits, Workload
+    from infermax.costmodel import get_cost_model
+    from infermax.csp.classstate import ClassStateSpace
+    from infermax.csp.search import pilot_search
+    from infermax.csp.trajectorylp import TrajectoryBound
+
+    lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
+    rows = []
+    for B in [b for b in (8, 10, 12, 16) if b <= max_B]:
+        w = Workload.from_spec(f"fixed:I=16,O=16,B={B}")
+        upper = pilot_search(w, lim, cost, policy, width=16, time_budget_s=time_limit)[1]
+        sp = ClassStateSpace(w, lim, cost, policy, 0)
+        plain = TrajectoryBound(sp, 0, upper, time_limit)
+        refined = TrajectoryBound(sp, 0, upper, time_limit, refine=True)
+        done = sorted(y for y, (_, ok) in refined.refined.items() if ok)
+        rows.append({"B": B, "incumbent_s": round(upper, 6), "trajectory_s": round(plain.root_bound, 6),
+                     "refined_s": round(refined.root_bound, 6),
+                     "batch_counts": f"{min(refined.root)}-{max(refined.root)}",
+                     "refined_Y": ",".join(map(str, sorted(refined.refined))), "converged_Y": ",".join(map(str, done)),
+                     "gap_trajectory": round(1 - plain.root_bound / upper, 4),
+                     "gap_refined": round(1 - refined.root_bound / upper, 4),
+                     "refined_vs_trajectory": round(refined.root_bound / plain.root_bound, 4)})
+        print(f"  B={B}: {refined.wall_s:.0f} s", file=sys.stderr, flush=True)
+    print(f"\nroot bounds: trajectory LPs vs refined by configuration LPs (I=O=16, M=128; {time_limit} s each)")
+    table(rows, ["B", "incumbent_s", "trajectory_s", "refined_s", "batch_counts", "refined_Y", "converged_Y",
+                 "gap_trajectory", "gap_refined", "refined_vs_trajectory"])
+    return rows
+
+
 def run_backends(time_limit: float, gap: float) -> list[dict[str, Any]]:
     rows = []
     for label, spec, lim in (("B=2,I=2,O=3,M=5", "fixed:I=2,O=3,B=2", "M=5,C=4096"),
@@ -252,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             out["scale"] = run_scale(args.time_limit, args.gap, args.max_B, args.min_B)
         elif section == "astar":
             out["astar"] = run_astar(args.time_limit, args.max_B)
+        elif section == "rootlp":
+            out["rootlp"] = run_rootlp(args.time_limit, args.max_B)
         elif section == "ablation":
             out["ablation"] = run_ablation(args.time_limit, args.gap)
         elif section == "backends":

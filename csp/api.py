@@ -197,7 +197,8 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
     tenths when the table could not be built: A* then rarely finishes, and its bound is little above
     its start) — each better schedule lowers the A* cutoff and is the incumbent if A* cannot finish;
-    A* for the rest (up to a sixth of it for the trajectory LP's tables, :mod:`.trajectorylp`).
+    A* for the rest (up to a sixth of it for the trajectory LP's tables, :mod:`.trajectorylp`; nine tenths
+    without the table, the time the trajectory LPs leave going to configuration LPs, :mod:`.configlp`).
     reserve_s: the time to leave unused (for the caller's other methods) when the table is complete,
     and when it is not; the table's budget counts the larger one out.
     """
@@ -231,9 +232,11 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
             if latency < best.latency_s:
                 best = WarmStart(f"search-{kind}-{width}", found[0], latency, latency)
     left = max(0.0, time_limit_s - (time.perf_counter() - start))
+    # without the table A* rarely finishes and its bound is the LP's: most of its time goes to the LPs then
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
                                 rel_gap=rel_gap, min_batches=min_batches, rest=rest,
-                                lp_budget_s=left / 6 if trajectorylp.is_available() else 0.0)
+                                lp_budget_s=left * (1 / 6 if table_complete else 0.9) if trajectorylp.is_available()
+                                else 0.0, refine_lp=not table_complete)
     return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, t0,
                          {"min_batches": min_batches, "batch_table_complete": table_complete,
                           "incumbent": best.name})

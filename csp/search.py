@@ -68,7 +68,7 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
 def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, upper_s: float,
                  time_budget_s: float = 30.0, rel_gap: float = 0.0, min_batches: int = 0,
                  rest: "RemainingBatches | None" = None, max_states: int = 5_000_000,
-                 cut_successors: bool = True, lp_budget_s: float = 0.0) -> SearchResult:
+                 cut_successors: bool = True, lp_budget_s: float = 0.0, refine_lp: bool = False) -> SearchResult:
     """A* from the start state to the goal (module docstring); ``limits`` are the policy's effective limits.
 
     upper_s: the latency of a known schedule (states that cannot beat it by half ``rel_gap`` are dropped);
@@ -78,7 +78,8 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     cutoff before enumerating their evictions, and enumerate only batches leaving one batch fewer when
     no other can beat it (same result; off only to measure what it buys).
     lp_budget_s: time for the trajectory LP's Lagrangian tables (:mod:`.trajectorylp`), which raise the
-    bound of every state by pricing residency (0: none; needs OR-Tools).
+    bound of every state by pricing residency (0: none; needs OR-Tools). refine_lp: spend what the
+    trajectory LPs leave of that time on configuration LPs (:mod:`.configlp`; needs HiGHS).
     """
     ok, why = is_applicable(workload, limits, cost, policy)
     if not ok:
@@ -88,10 +89,11 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     cutoff = upper_s * (1 - rel_gap / 2)     # finishing without a path proves a gap of rel_gap / 2 < rel_gap
     lp = root = None
     if lp_budget_s > 0:
-        tb = sp.trajectories = TrajectoryBound(sp, min_batches, cutoff, lp_budget_s)
+        tb = sp.trajectories = TrajectoryBound(sp, min_batches, cutoff, lp_budget_s, refine=refine_lp)
         root = tb.root_bound
         lp = {"batch_counts": sorted(tb.tables), "root_bound_s": root, "converged": tb.is_converged,
-              "wall_s": round(tb.wall_s, 3)}
+              "wall_s": round(tb.wall_s, 3),
+              "refined": {y: {"bound_s": b, "converged": c} for y, (b, c) in sorted(tb.refined.items())}}
     best = {sp.start: 0.0}
     parent: dict[tuple, tuple] = {}
     heap = [(sp.bound(sp.start, 0), 0.0, 0, sp.start)]

@@ -30,7 +30,8 @@ priced value of batch j's own variables (Lagrangian duality: valid for any such 
 to the LP value at the start state once column generation has converged). :class:`TrajectoryBound`
 keeps these tables for every Y a schedule better than the incumbent may have, and
 :meth:`.classstate.ClassStateSpace.bound` takes the least over them, each Y's value no lower than
-the class-state bound for that many batches.
+the class-state bound for that many batches. The configuration LP (:mod:`.configlp`), which makes
+every batch whole, gives tables of the same form; where it is built, each Y takes the larger.
 """
 from __future__ import annotations
 
@@ -68,6 +69,11 @@ class TrajectoryLP:
     def __init__(self, sp, Y: int):
         from ortools.linear_solver import pywraplp   # lazily: the search works without it
 
+        self._setup(sp, Y)
+        self._build(pywraplp)
+
+    def _setup(self, sp, Y: int) -> None:
+        """The slot layout and the cost model's constants, in the LP's units."""
         self.sp, self.Y = sp, Y
         self.state = sp.start
         slots = sp.slots
@@ -84,7 +90,6 @@ class TrajectoryLP:
         self.t_lines = [(a / _UNIT_S, b / _UNIT_S) for a, b in sp.lines]
         self.t_db, self.t_pb, self.t_dk, self.t_pa, self.t_pt, self.t_rq = (
             x / _UNIT_S for x in (sp.db, sp.pb, sp.dk, sp.pa, sp.pt, sp.rq))
-        self._build(pywraplp)
 
     def _build(self, pywraplp) -> None:
         """Batch variables z, u, v, s and the rows of every batch; one convexity row per starting slot."""
@@ -117,9 +122,14 @@ class TrajectoryLP:
             self._row("pre", 0.0, inf, {v: M, s: M})
             self._row("one", 1.0, inf, {u: 1.0, v: 1.0})
             self._row("alt", -inf, inf if sp.hybrid else 1.0, {u: 1.0, v: 1.0})
-        S = len(self.L)
         self.convex = {q: self._make(self.state[q], self.state[q], {}) for q in self.starts}
-        for q0 in self.starts:                     # first columns: each request runs without a pause
+        for path in self._unpaused_paths():
+            self.add(path)
+
+    def _unpaused_paths(self):
+        """The first columns: from each starting slot, the paths that run in every batch from some batch on."""
+        S, Y = len(self.L), self.Y
+        for q0 in self.starts:
             for first in range(Y):
                 q, moves, j = q0, [], first
                 while q != S and j < Y:
@@ -127,7 +137,7 @@ class TrajectoryLP:
                     q, j = int(self.next[q]), j + 1
                 if q != S:
                     break
-                self.add(_Path(q0, tuple(moves)))
+                yield _Path(q0, tuple(moves))
 
     def _make(self, lb: float, ub: float, coefs: dict):
         row = self.solver.Constraint(lb, ub)
@@ -228,10 +238,12 @@ class TrajectoryLP:
             V[k, :S] = best
         return V
 
-    def best_path(self, q0: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray) -> _Path:
-        """The path from slot ``q0`` at batch 0 that attains V[0, q0] (module docstring's moves)."""
-        q, moves, S = q0, [], len(self.L)
-        for k in range(self.Y):
+    def best_path(self, q0: int, V: np.ndarray, run: np.ndarray, refill: np.ndarray, stay: np.ndarray,
+                  first: int = 0, q: int | None = None, moves: list | None = None) -> _Path:
+        """The path from slot ``q0`` at batch 0 that attains V[0, q0] (module docstring's moves); or, given
+        ``moves`` up to batch ``first`` ending in slot ``q``, the best way on from there."""
+        q, moves, S = (q0 if q is None else q), list(moves or []), len(self.L)
+        for k in range(first, self.Y):
             if q == S:
                 break
             after, target = V[k + 1], V[k, q]
@@ -248,26 +260,31 @@ class TrajectoryLP:
             q = q_next
         return _Path(q0, tuple(moves))
 
+    def _resolve(self) -> None:
+        """Solve the restricted LP (RuntimeError if GLOP fails with both simplex methods)."""
+        status = self.solver.Solve()
+        if status != self.solver.OPTIMAL:       # GLOP lost its way: once more with the other simplex
+            self.solver.SetSolverSpecificParametersAsString("use_dual_simplex: true")
+            status = self.solver.Solve()
+        if status != self.solver.OPTIMAL:
+            raise RuntimeError(f"{type(self).__name__} (Y={self.Y}): GLOP returned status {status}")
+
     def solve(self, deadline: float, rel_tol: float = 1e-7) -> tuple[float, list, np.ndarray, bool]:
         """Column generation until no path prices out (or ``deadline``): (bound, φ, V, converged).
 
         The bound is the Lagrangian value at the start state — valid at every iteration, the LP value
-        at convergence."""
+        at convergence; ``best_prices`` keeps the item prices (run, refill, stay) that gave it."""
         best = (-math.inf, None, None)
         converged = False
         while True:
-            status = self.solver.Solve()
-            if status != self.solver.OPTIMAL:       # GLOP lost its way: once more with the other simplex
-                self.solver.SetSolverSpecificParametersAsString("use_dual_simplex: true")
-                status = self.solver.Solve()
-            if status != self.solver.OPTIMAL:
-                raise RuntimeError(f"trajectory LP (Y={self.Y}): GLOP returned status {status}")
+            self._resolve()
             phi, run, refill, stay = self.prices()
             V = self.paths(run, refill, stay)
             starts = [V[0, q] for q in self.starts]
             bound = sum(phi) + sum(self.state[q] * v for q, v in zip(self.starts, starts))
             if bound > best[0]:
                 best = (bound, phi, V)
+                self.best_prices = (run, refill, stay)
             lp = self.value_s
             added = 0
             mu = [self.convex[q].dual_value() * _UNIT_S for q in self.starts]   # read all before adding any
@@ -289,32 +306,63 @@ class TrajectoryBound:
     Built for Y = ``y_min``, ``y_min`` + 1, … while the class-state bound for Y batches stays below
     ``upper_s`` (no schedule with more batches can beat the incumbent) and time is left; a Y not
     reached is bounded by the class-state bound alone. ``root_bound`` is the least over all Y.
+    With ``refine`` (and the configuration LP applicable, :mod:`.configlp`), the time left then goes to
+    configuration LPs, the Y of least root bound first; each adds its own tables (a state's bound for Y
+    is the largest of its tables') and raises that Y's root bound to its Lagrangian value, converged or
+    not. ``refined``: Y -> (configuration LP bound, converged).
     """
 
-    def __init__(self, sp, y_min: int, upper_s: float, time_budget_s: float):
+    def __init__(self, sp, y_min: int, upper_s: float, time_budget_s: float, refine: bool = False):
+        from . import configlp       # it builds on this module
+
         t0 = time.perf_counter()
         deadline = t0 + time_budget_s
         h_of = lambda y: sp.bound_for(sp.start, y, 0)
-        self.tables: dict[int, tuple[list[float], list[list[float]]]] = {}
+        self.tables: dict[int, list[tuple[list[float], list[list[float]]]]] = {}
         self.root: dict[int, float] = {}
+        self.refined: dict[int, tuple[float, bool]] = {}
+        self._prices: dict = {}          # Y -> the trajectory LP's best item prices (configuration LPs start there)
         self.is_converged = True
         self._memo: dict = {}                       # (state, batches spent) -> remaining()
         Y = first = max(y_min, sp.least_batches(sp.start))
         while h_of(Y) <= upper_s and time.perf_counter() < deadline:
-            try:
-                bound, phi, V, converged = TrajectoryLP(sp, Y).solve(deadline)
-            except RuntimeError as exc:       # GLOP gave up: the tables built so far stay valid
-                log.warning("trajectory bound stops at Y=%d: %s", Y, exc)
+            if not self._add(TrajectoryLP, sp, Y, deadline, h_of):
                 break
-            self.is_converged &= converged
-            if phi is not None:
-                self.tables[Y] = (np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist())
-                self.root[Y] = float(max(bound, h_of(Y)))
             Y += 1
         self.y_max = max(self.tables, default=Y - 1)
+        if refine and configlp.is_available() and configlp.applies(sp):
+            while time.perf_counter() < deadline:
+                todo = sorted((r, y) for y, r in self.root.items() if y not in self.refined and r <= upper_s)
+                if not todo:
+                    break
+                y = todo[0][1]
+                self._add(configlp.ConfigLP, sp, y, deadline, h_of)
         self.root_bound = float(min([h_of(max(Y, self.y_max + 1))] +
                                     [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)]))
         self.wall_s = time.perf_counter() - t0
+
+    def _add(self, kind, sp, Y: int, deadline: float, h_of) -> bool:
+        """Solve ``kind`` (an LP class) for Y batches and keep its tables; False if the LP failed."""
+        try:
+            lp = kind(sp, Y)
+            if kind is TrajectoryLP:
+                bound, phi, V, converged = lp.solve(deadline)
+                self._prices[Y] = lp.best_prices
+            else:
+                bound, phi, V, converged = lp.solve(deadline, start=self._prices.get(Y))
+        except RuntimeError as exc:       # the LP solver gave up: the tables built so far stay valid
+            log.warning("trajectory bound: %s for Y=%d failed: %s", kind.__name__, Y, exc)
+            if kind is not TrajectoryLP:
+                self.refined[Y] = (-math.inf, False)
+            return False
+        if kind is TrajectoryLP:
+            self.is_converged &= converged
+        else:
+            self.refined[Y] = (float(bound), converged)
+        if phi is not None:
+            self.tables.setdefault(Y, []).append((np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist()))
+            self.root[Y] = float(max(bound, h_of(Y), self.root.get(Y, -math.inf)))
+        return True
 
     def remaining(self, s: tuple, spent: int, y_left: int, h_of) -> float:
         """A lower bound on the time left from state ``s`` after ``spent`` batches, with at least ``y_left``
@@ -327,13 +375,12 @@ class TrajectoryBound:
         nz = [(q, n) for q, n in enumerate(s) if n]
         best = h_of(max(y_left, self.y_max + 1 - spent))       # totals past the tables
         for Y in range(spent + y_left, self.y_max + 1):
-            table = self.tables.get(Y)
             h = h_of(Y - spent)
             if h >= best:
                 break                                          # h grows with Y: nothing further is lower
-            if table is not None:
-                row = table[1][spent]
-                lag = table[0][spent] + sum(n * row[q] for q, n in nz)
+            for cum, V in self.tables.get(Y, ()):
+                row = V[spent]
+                lag = cum[spent] + sum(n * row[q] for q, n in nz)
                 if lag > h:
                     h = lag
             if h < best:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from infermax import Limits, Workload
 from infermax.csp import Policy
 from infermax.csp.batchcount import is_applicable as batchcount_applies
+from infermax.csp import configlp
 from infermax.csp.batchtable import RemainingBatches
 from infermax.csp.classstate import ClassStateSpace, classes_of
 from infermax.csp.search import exact_search, is_applicable, pilot_search
@@ -34,11 +35,15 @@ def _space(workload, limits, cost, policy):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=4, online=False),
-       st.sampled_from([Policy(), NO_CHUNK, Policy(allow_eviction=False), Policy(hybrid=False)]))
-def test_the_bound_never_exceeds_the_exact_time_left_from_any_reachable_state(cost, inst, policy):
+       st.sampled_from([Policy(), NO_CHUNK, Policy(allow_eviction=False), Policy(hybrid=False)]), st.booleans())
+def test_the_bound_never_exceeds_the_exact_time_left_from_any_reachable_state(cost, inst, policy, refine):
     """Every state reachable after k batches: bound(s, k) with the Lagrangian tables <= the least time
-    left from s (computed exhaustively — the class-state graph is acyclic)."""
+    left from s (computed exhaustively — the class-state graph is acyclic). With ``refine``, C and P are
+    raised to M so that the configuration LPs (csp/configlp.py) apply and add their tables."""
     workload, limits = inst
+    if refine:
+        limits = Limits(M=limits.M, C=max(limits.C, limits.M), P=None if limits.P is None else max(limits.P, limits.M),
+                        R_max=limits.R_max)
     if not is_applicable(workload, limits, cost, policy)[0]:
         return
     sp = _space(workload, limits, cost, policy)
@@ -52,8 +57,9 @@ def test_the_bound_never_exceeds_the_exact_time_left_from_any_reachable_state(co
     best = left(sp.start)
     if best == math.inf:
         return
-    sp.trajectories = TrajectoryBound(sp, sp.min_batches, 1.5 * best, time_budget_s=30)
+    sp.trajectories = TrajectoryBound(sp, sp.min_batches, 1.5 * best, time_budget_s=30, refine=refine)
     assert sp.trajectories.root_bound <= best * (1 + 1e-9)
+    assert bool(sp.trajectories.refined) == (refine and configlp.applies(sp))
     layer, k = {sp.start}, 0
     while layer and k < 40:
         for s in layer:
