@@ -233,10 +233,10 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
                 best = WarmStart(f"search-{kind}-{width}", found[0], latency, latency)
     left = max(0.0, time_limit_s - (time.perf_counter() - start))
     # without the table A* rarely finishes and its bound is the LP's: most of its time goes to the LPs then
+    lp_share = (1 / 6 if table_complete else 0.9) if trajectorylp.is_available() else 0.0
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
-                                rel_gap=rel_gap, min_batches=min_batches, rest=rest,
-                                lp_budget_s=left * (1 / 6 if table_complete else 0.9) if trajectorylp.is_available()
-                                else 0.0, refine_lp=not table_complete)
+                                rel_gap=rel_gap, min_batches=min_batches, rest=rest, lp_budget_s=left * lp_share,
+                                refine_lp=not table_complete)
     return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, t0,
                          {"min_batches": min_batches, "batch_table_complete": table_complete,
                           "incumbent": best.name})

@@ -69,7 +69,7 @@ class ConfigLP(TrajectoryLP):
         self.h = highspy.Highs()
         self.h.setOptionValue("output_flag", False)
         self.inf = highspy.kHighsInf
-        self.num_rows = self.num_cols = 0
+        self.num_rows = 0
         self._build()
 
     def _build(self) -> None:
@@ -125,7 +125,6 @@ class ConfigLP(TrajectoryLP):
     def _new_col(self, cost: float, coefs: dict) -> None:
         self.h.addCol(cost, 0.0, self.inf, len(coefs), np.fromiter(coefs, dtype=np.int32, count=len(coefs)),
                       np.fromiter(coefs.values(), dtype=np.float64, count=len(coefs)))
-        self.num_cols += 1
 
     def add(self, path: _Path) -> None:
         """A column for ``path``: one unit of its item type in each batch it runs or holds in."""
@@ -276,11 +275,7 @@ class ConfigLP(TrajectoryLP):
         best, configs = self._knapsack(np.concatenate(values), np.concatenate(required))
         self.candidates = [(r % Y, c) for r, c in enumerate(configs) if c]
         per = (np.repeat(fixed, Y) - best).reshape(len(self.active), len(self.cases), Y)
-        case = per.argmin(axis=1)                                     # (lines, Y)
-        low = np.take_along_axis(per, case[:, None, :], axis=1)[:, 0, :]
-        line = low.argmax(axis=0)
-        self.minimizers = [configs[(line[j] * len(self.cases) + case[line[j], j]) * Y + j] for j in range(Y)]
-        return low.max(axis=0)
+        return per.min(axis=1).max(axis=0)          # least over bias cases, largest over lines
 
     def _knapsack(self, value: np.ndarray, required: np.ndarray) -> tuple[np.ndarray, list[tuple]]:
         """Per row, the most valuable multiset of item types within M KV and ``count_cap`` items holding at

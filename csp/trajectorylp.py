@@ -275,6 +275,7 @@ class TrajectoryLP:
         The bound is the Lagrangian value at the start state — valid at every iteration, the LP value
         at convergence; ``best_prices`` keeps the item prices (run, refill, stay) that gave it."""
         best = (-math.inf, None, None)
+        self.best_prices = None
         converged = False
         while True:
             self._resolve()
@@ -326,8 +327,11 @@ class TrajectoryBound:
         self._memo: dict = {}                       # (state, batches spent) -> remaining()
         Y = first = max(y_min, sp.least_batches(sp.start))
         while h_of(Y) <= upper_s and time.perf_counter() < deadline:
-            if not self._add(TrajectoryLP, sp, Y, deadline, h_of):
+            got = self._solve(TrajectoryLP(sp, Y), deadline, h_of)
+            if got is None:
                 break
+            self.is_converged &= got[1]
+            self._prices[Y] = got[2]
             Y += 1
         self.y_max = max(self.tables, default=Y - 1)
         if refine and configlp.is_available() and configlp.applies(sp):
@@ -336,33 +340,25 @@ class TrajectoryBound:
                 if not todo:
                     break
                 y = todo[0][1]
-                self._add(configlp.ConfigLP, sp, y, deadline, h_of)
+                got = self._solve(configlp.ConfigLP(sp, y), deadline, h_of, start=self._prices.get(y))
+                self.refined[y] = (-math.inf, False) if got is None else got[:2]
         self.root_bound = float(min([h_of(max(Y, self.y_max + 1))] +
                                     [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)]))
         self.wall_s = time.perf_counter() - t0
 
-    def _add(self, kind, sp, Y: int, deadline: float, h_of) -> bool:
-        """Solve ``kind`` (an LP class) for Y batches and keep its tables; False if the LP failed."""
+    def _solve(self, lp, deadline: float, h_of, **kwargs) -> tuple | None:
+        """Solve ``lp`` (a trajectory or configuration LP), keep its tables and raise its Y's root bound:
+        (bound, converged, the prices of its best Lagrangian), or None if the LP solver gave up (the
+        tables built so far stay valid)."""
         try:
-            lp = kind(sp, Y)
-            if kind is TrajectoryLP:
-                bound, phi, V, converged = lp.solve(deadline)
-                self._prices[Y] = lp.best_prices
-            else:
-                bound, phi, V, converged = lp.solve(deadline, start=self._prices.get(Y))
-        except RuntimeError as exc:       # the LP solver gave up: the tables built so far stay valid
-            log.warning("trajectory bound: %s for Y=%d failed: %s", kind.__name__, Y, exc)
-            if kind is not TrajectoryLP:
-                self.refined[Y] = (-math.inf, False)
-            return False
-        if kind is TrajectoryLP:
-            self.is_converged &= converged
-        else:
-            self.refined[Y] = (float(bound), converged)
+            bound, phi, V, converged = lp.solve(deadline, **kwargs)
+        except RuntimeError as exc:
+            log.warning("trajectory bound: %s for Y=%d failed: %s", type(lp).__name__, lp.Y, exc)
+            return None
         if phi is not None:
-            self.tables.setdefault(Y, []).append((np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist()))
-            self.root[Y] = float(max(bound, h_of(Y), self.root.get(Y, -math.inf)))
-        return True
+            self.tables.setdefault(lp.Y, []).append((np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist()))
+            self.root[lp.Y] = float(max(bound, h_of(lp.Y), self.root.get(lp.Y, -math.inf)))
+        return float(bound), converged, getattr(lp, "best_prices", None)
 
     def remaining(self, s: tuple, spent: int, y_left: int, h_of) -> float:
         """A lower bound on the time left from state ``s`` after ``spent`` batches, with at least ``y_left``

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -75,13 +76,9 @@ def test_started_at_the_trajectory_lps_prices_the_bound_never_starts_below_it(co
 
 def test_it_needs_tokens_bounded_by_m():
     """Configurations do not track tokens: with C or P below M they could exceed them."""
-    class Limits_:
-        M, C, P = 128, 64, 4096
-    assert not configlp.applies(Limits_)
-    Limits_.C, Limits_.P = 4096, 64
-    assert not configlp.applies(Limits_)
-    Limits_.P = 128
-    assert configlp.applies(Limits_)
+    assert not configlp.applies(SimpleNamespace(M=128, C=64, P=4096))
+    assert not configlp.applies(SimpleNamespace(M=128, C=4096, P=64))
+    assert configlp.applies(SimpleNamespace(M=128, C=4096, P=128))
 
 
 def test_a_star_with_refined_tables_keeps_the_optimum_and_expands_fewer_states(cost):
