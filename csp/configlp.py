@@ -45,6 +45,7 @@ import time
 
 import numpy as np
 
+from .backends.highs import new_highs
 from .trajectorylp import _SLACK_S, _UNIT_S, TrajectoryLP, _Path
 
 
@@ -66,8 +67,7 @@ class ConfigLP(TrajectoryLP):
         import highspy                      # lazily: the search works without it
 
         self._setup(sp, Y)
-        self.h = highspy.Highs()
-        self.h.setOptionValue("output_flag", False)
+        self.h = new_highs()
         self.inf = highspy.kHighsInf
         self.num_rows = 0
         self._build()

@@ -7,6 +7,8 @@ if it overruns its time limit by more than two minutes.
 """
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import numpy as np
@@ -23,6 +25,30 @@ def is_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("highspy") is not None
+
+
+def new_highs(log: bool = False):
+    """A ``highspy.Highs`` that prints nothing unless ``log``.
+
+    highspy prints its banner on standard output while the object is being constructed, before any
+    option can be set, so standard output (the file descriptor: HiGHS writes from C++) is pointed at
+    the null device for the construction; ``output_flag`` silences everything after it.
+    """
+    import highspy
+
+    if log:
+        return highspy.Highs()
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            h = highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+    h.setOptionValue("output_flag", False)
+    return h
 
 
 def lp_arrays(model: Model, obj_scale: float = 1.0) -> dict:
@@ -60,7 +86,7 @@ def _solve_in_child(payload: dict) -> dict:
     lp.a_matrix_.value_ = a["value"]
     lp.integrality_ = [highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
                        for i in a["integer"]]
-    h = highspy.Highs()
+    h = new_highs(opt["output_flag"])
     for key, value in opt.items():
         h.setOptionValue(key, value)
     h.passModel(lp)

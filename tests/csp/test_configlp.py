@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -79,6 +81,21 @@ def test_it_needs_tokens_bounded_by_m():
     assert not configlp.applies(SimpleNamespace(M=128, C=64, P=4096))
     assert not configlp.applies(SimpleNamespace(M=128, C=4096, P=64))
     assert configlp.applies(SimpleNamespace(M=128, C=4096, P=128))
+
+
+def test_building_it_prints_nothing():
+    """HiGHS prints a banner while it is constructed; a search that refines its bound must not."""
+    code = ("from infermax import Limits, Workload\n"
+            "from infermax.costmodel import get_cost_model\n"
+            "from infermax.csp import Policy, configlp\n"
+            "from infermax.csp.classstate import ClassStateSpace\n"
+            "p = Policy()\n"
+            "sp = ClassStateSpace(Workload.from_spec('fixed:I=2,O=3,B=4'), p.effective_limits(Limits(M=8, C=64)),\n"
+            "                     get_cost_model(None), p, 0)\n"
+            "import time\n"
+            "print(configlp.ConfigLP(sp, 4).solve(time.perf_counter() + 30.0)[0] > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "True\n", out.stdout
 
 
 def test_a_star_with_refined_tables_keeps_the_optimum_and_expands_fewer_states(cost):
