@@ -32,7 +32,8 @@ def new_highs(log: bool = False):
 
     highspy prints its banner on standard output while the object is being constructed, before any
     option can be set, so standard output (the file descriptor: HiGHS writes from C++) is pointed at
-    the null device for the construction; ``output_flag`` silences everything after it.
+    the null device for the construction (what other threads print in that instant is lost with it);
+    ``output_flag`` silences everything after it.
     """
     import highspy
 
