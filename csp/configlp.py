@@ -69,7 +69,6 @@ class ConfigLP(TrajectoryLP):
         self._setup(sp, Y)
         self.h = new_highs()
         self.inf = highspy.kHighsInf
-        self.num_rows = 0
         self._build()
 
     def _build(self) -> None:
@@ -119,8 +118,7 @@ class ConfigLP(TrajectoryLP):
 
     def _new_row(self, lb: float, ub: float) -> int:
         self.h.addRow(lb, ub, 0, np.zeros(0, dtype=np.int32), np.zeros(0))
-        self.num_rows += 1
-        return self.num_rows - 1
+        return self.h.getNumRow() - 1
 
     def _new_col(self, cost: float, coefs: dict) -> None:
         self.h.addCol(cost, 0.0, self.inf, len(coefs), np.fromiter(coefs, dtype=np.int32, count=len(coefs)),
@@ -203,7 +201,7 @@ class ConfigLP(TrajectoryLP):
             center[:, ~self.type_ok] = 0.0
             phi, run, refill, stay = self._tables(center)
             V = self.paths(run, refill, stay)
-            best = (sum(phi) + sum(self.state[q] * V[0, q] for q in self.starts), phi, V)
+            best = (self._lagrangian(phi, V), phi, V)
         while True:
             self._resolve()
             cur = self._duals()
@@ -216,7 +214,7 @@ class ConfigLP(TrajectoryLP):
                 pi = cur if alpha == 0.0 else alpha * center + (1 - alpha) * cur
                 phi, run, refill, stay = self._tables(pi)
                 V = self.paths(run, refill, stay)
-                bound = sum(phi) + sum(self.state[q] * V[0, q] for q in self.starts)
+                bound = self._lagrangian(phi, V)
                 if bound > best[0]:
                     best, center = (bound, phi, V), pi
                 paths = [p for p in self._start_paths(V, run, refill, stay)

@@ -260,6 +260,10 @@ class TrajectoryLP:
             q = q_next
         return _Path(q0, tuple(moves))
 
+    def _lagrangian(self, phi: list, V: np.ndarray) -> float:
+        """The Lagrangian bound at the start state: Σ_j φ_j + Σ_slots count·V[0, slot]."""
+        return sum(phi) + sum(self.state[q] * V[0, q] for q in self.starts)
+
     def _resolve(self) -> None:
         """Solve the restricted LP (RuntimeError if GLOP fails with both simplex methods)."""
         status = self.solver.Solve()
@@ -282,7 +286,7 @@ class TrajectoryLP:
             phi, run, refill, stay = self.prices()
             V = self.paths(run, refill, stay)
             starts = [V[0, q] for q in self.starts]
-            bound = sum(phi) + sum(self.state[q] * v for q, v in zip(self.starts, starts))
+            bound = self._lagrangian(phi, V)
             if bound > best[0]:
                 best = (bound, phi, V)
                 self.best_prices = (run, refill, stay)
