@@ -20,6 +20,7 @@ lower bound; the solution priced exactly (replayed) is the upper bound.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import numpy as np
@@ -48,13 +49,16 @@ def is_applicable(workload: Workload, objective: str) -> bool:
 
 
 def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, horizon: int,
-                    relax_chunking: bool, min_batches: int = 0, exact_batches: bool = False) -> Formulation:
+                    relax_chunking: bool, min_batches: int = 0, exact_batches: bool = False,
+                    deadline: float = math.inf) -> Formulation:
     """The class-flow model; ``relax_chunking`` prices each fill at its least possible prefill work.
 
     min_batches: a known lower bound on the number of batches (e.g. from :func:`probe_batch_count`);
-    exact_batches: every batch of the horizon is non-empty.
+    exact_batches: every batch of the horizon is non-empty. Building stops with
+    :class:`.budget.BudgetExhausted` once ``deadline`` (``time.perf_counter()``) passes.
     """
     fm = empty_formulation(workload, limits, cost, policy, horizon, "latency")
+    fm.model.deadline = deadline
     m, J, lim = fm.model, horizon, fm.limits
     k = linear_coefficients(cost)
     v = fm.v

@@ -12,9 +12,10 @@ turn the answer into a replayed :class:`~.result.OptimalResult`.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from infermax.costmodel import CostModel
 from infermax.engine import resolve_inputs
@@ -22,18 +23,25 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
+from infermax.bounds import METHODS_OF
+
 from . import aggregate, backends, batchcount, batchtable, classstate, search, trajectorylp
+from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
+                     MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
+                     REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
+                     INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted)
 from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
 from .linearize import to_milp
 from .objectives import MONOTONE, OBJECTIVES, add_objective, max_batch_time_s
 from .policy import Policy
-from .result import OptimalResult, combine, make_result, meets, no_schedule, objective_value, search_result
+from .progress import SolveProgress, Tracker
+from .result import OptimalResult, make_result, meets, no_schedule, objective_value, search_result
 from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
                             add_valid_inequalities, batch_count_lower_bound)
 from .trajectory import merge_chunks
-from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency
+from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency, horizon_for_ttft
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +83,52 @@ class Strengthening:
 
 
 def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: CostModel, target_s: float | None,
-             limits: Limits, max_horizon: int | None) -> tuple[int, bool]:
-    """(J, proven): batches in the model and whether J provably holds an optimal schedule."""
+             limits: Limits, policy: Policy, max_horizon: int | None) -> tuple[int, bool]:
+    """(J, proven): batches in the model and whether J provably holds an optimal schedule.
+
+    latency/throughput: every batch is busy time before the last completion; completion (mean
+    end-to-end): the busy time before the last completion is at most B × the mean plus the spread of
+    arrivals; ttft: the same for the batches up to the last first token, plus a tail that always
+    exists (:func:`.warmstart.horizon_for_ttft`). tpot has no proof (J is then the warm start's length
+    plus a margin, and the model's bound is not reported).
+    """
     base = len(ws.schedule) if ws is not None else 0
-    if objective in ("latency", "throughput", "completion") and ws is not None:
-        ub = ws.latency_s if target_s is None else min(ws.latency_s, target_s)
-        if objective == "completion":
-            T = workload.arrivals_s
-            ub = len(workload) * (ws.value if target_s is None else min(ws.value, target_s)) + float(T.max() - T.min())
-        J = horizon_for_latency(ub, workload, cost)
-        # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
-        cap = max_horizon or max(3 * base, base + 8, 2000 // max(1, len(workload)))
-        return (J, True) if J <= cap else (cap, False)
-    return max(base + max(2, base // 10), 1), False
+    unproven = max(base + max(2, base // 10), 1)
+    if ws is None or objective == "tpot":
+        return unproven, False
+    T = workload.arrivals_s
+    spread = float(T.max() - T.min())
+    value = ws.value if target_s is None else min(ws.value, target_s)
+    if objective in ("latency", "throughput"):
+        J = horizon_for_latency(ws.latency_s if target_s is None else min(ws.latency_s, target_s), workload, cost)
+    elif objective == "completion":
+        J = horizon_for_latency(len(workload) * value + spread, workload, cost)
+    else:
+        J = horizon_for_ttft(len(workload) * value + spread, workload, limits, cost, policy)
+        if J is None:
+            return unproven, False
+    # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
+    cap = max_horizon or max(3 * base, base + 8, 2000 // max(1, len(workload)))
+    return (J, True) if J <= cap else (cap, False)
 
 
 METHODS = ("auto", "per-request", "aggregate", "search")
+
+
+def _check_options(time_limit_s, rel_gap, threads, horizon, by, max_horizon) -> None:
+    """Named errors for solver options (the CLI flags map onto these)."""
+    def bad_number(x) -> bool:
+        return isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
+
+    if bad_number(time_limit_s) or time_limit_s <= 0:
+        raise ValueError(f"time_limit_s must be a finite number of seconds > 0, got {time_limit_s!r}")
+    if bad_number(rel_gap) or not 0 <= rel_gap < 1:
+        raise ValueError(f"rel_gap must be a number in [0, 1), got {rel_gap!r}")
+    for name, value in (("threads", threads), ("horizon", horizon), ("max_horizon", max_horizon)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer (or None), got {value!r}")
+    if bad_number(by) or not 0 <= by < 1:
+        raise ValueError(f"by must be a fraction in [0, 1), got {by!r}")
 
 
 def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = None,
@@ -100,7 +138,9 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                   better_than: "float | str | None" = None, by: float = 0.10, threads: int | None = None,
                   rel_gap: float = 1e-4, strengthening: Strengthening | None = None, method: str = "auto",
                   log_solver: bool = False, solver_params: dict | None = None,
-                  max_horizon: int | None = None) -> OptimalResult:
+                  max_horizon: int | None = None,
+                  progress: "Callable[[SolveProgress], None] | None" = None,
+                  stop_early: bool = True) -> OptimalResult:
     """Solve the CSP of infermax.txt §3.3 for ``workload`` and return the replayed optimum.
 
     objective: one of ``OBJECTIVES``. backend: see :mod:`infermax.csp.backends`.
@@ -111,13 +151,24 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     replayed value is used; the model then asks for a schedule at least ``by``
     (fraction) better. method: "per-request" (the §3.3 model), "aggregate" (class
     flows, :mod:`.aggregate`), "search" (exact A* over class states,
-    :mod:`.search`) or "auto": for offline latency, the search first (up to two thirds of
-    the time limit); if it does not finish, the aggregate model where it is exact
-    or bounds the problem (interchangeable requests), then the per-request model
-    on whatever gap remains, every bound found on the way kept. Raises ValueError
-    for an instance no schedule can serve.
+    :mod:`.search`) or "auto": for offline latency, the search first; if it does not
+    finish, the aggregate model where it is exact or bounds the problem
+    (interchangeable requests), then the per-request model on whatever gap remains,
+    every bound found on the way kept.
+
+    ``time_limit_s`` bounds the whole call (warm start, bounds, model building included:
+    :mod:`.budget`). The result's ``bound`` is certified for every backend and objective: the
+    best of the solver's (only where its horizon is proven to hold an optimum) and of the
+    horizon-free bounds of :func:`infermax.lower_bound`; ``status`` is "optimal" only when the
+    gap to it is within ``rel_gap``; with ``stop_early`` (the default) the call returns as soon as
+    that is so (the warm start may already be proven optimal by the bound), otherwise every stage
+    runs (to compare backends, say). ``progress`` is called with a :class:`SolveProgress` at
+    every stage and improvement. Ctrl-C (KeyboardInterrupt) stops the solve and returns the best
+    schedule found so far (``info["stopped"]`` says why). Raises ValueError for an instance no
+    schedule can serve or a bad option.
     """
-    t0 = time.perf_counter()
+    _check_options(time_limit_s, rel_gap, threads, horizon, by, max_horizon)
+    budget = Budget(float(time_limit_s))
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
@@ -127,26 +178,29 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     strengthening = strengthening or Strengthening()
     eff = policy.effective_limits(limits)
     check_instance(workload, eff, policy)
+    if objective == "tpot" and not (workload.output_lens > 1).any():
+        raise ValueError("objective 'tpot' needs a request with output_len > 1 (TPOT is undefined otherwise)")
     be = backends.get_backend(backend)
     if not be.is_available():
         raise backends.BackendUnavailable(be.NAME, be.PIP)
-    use_dominance = strengthening.dominance and objective in MONOTONE
-    ws = find_warm_start(workload, limits, cost, objective, policy, warm_start,
-                         clean=use_dominance, symmetry=strengthening.symmetry)
+    track = Tracker(objective, rel_gap, budget, progress)
+    try:
+        _solve(workload, limits, cost, objective, policy, strengthening, be, budget, track, warm_start=warm_start,
+               horizon=horizon, better_than=better_than, by=by, threads=threads, rel_gap=rel_gap, method=method,
+               log_solver=log_solver, solver_params=solver_params, max_horizon=max_horizon, stop_early=stop_early)
+    except KeyboardInterrupt:
+        track.stop("interrupted (Ctrl-C)")
+    except BudgetExhausted as exc:
+        track.stop(str(exc))
+    return track.final()
+
+
+def _solve(workload, limits, cost, objective, policy, strengthening, be, budget: Budget, track: "Tracker", *,
+           warm_start, horizon, better_than, by, threads, rel_gap, method, log_solver, solver_params,
+           max_horizon, stop_early) -> None:
+    """The stages of ``solve_optimal``; each hands what it finds to ``track``."""
+    eff = policy.effective_limits(limits)
     target = _target(better_than, by, objective, workload, limits, cost, policy)
-    J, proven = _horizon(objective, ws, workload, cost, target, eff, max_horizon)
-    if horizon is not None:
-        proven = proven and horizon >= J
-        J = int(horizon)
-    J = max(J, int(workload.output_lens.max()))
-    lb_y = batch_count_lower_bound(workload, eff)
-    if J < lb_y:
-        if proven:   # even the shortest schedule is too slow for the target: answered without a solver
-            return no_schedule(objective, backend, J, t0, ws, f"horizon {J} < batch-count lower bound {lb_y}")
-        J = lb_y
-    common = dict(workload=workload, limits=limits, cost=cost, objective=objective, policy=policy, J=J,
-                  proven=proven, be=be, threads=threads, rel_gap=rel_gap, log_solver=log_solver,
-                  solver_params=solver_params, strengthening=strengthening)
     agg_ok = aggregate.is_applicable(workload, objective) and target is None and \
         (not policy.chunked_prefill or aggregate.chunking_bound_holds(eff, cost))
     if method == "aggregate" and not agg_ok:
@@ -154,74 +208,132 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                          "target, and either no chunked prefill or M <= C, M <= P and a linear non-attention "
                          "cost up to M tokens")
     search_ok, why = search.is_applicable(workload, eff, cost, policy)
-    search_ok = search_ok and objective in ("latency", "throughput") and target is None and ws is not None
+    search_ok = search_ok and objective in ("latency", "throughput") and target is None
     if method == "search" and not search_ok:
-        raise ValueError(f"method 'search' needs the latency objective, no better-than target and a warm start; "
+        raise ValueError(f"method 'search' needs the latency objective and no better-than target; "
                          f"{why or 'not the case here'}")
-    found, least_batches = None, None
-    if method == "search" or (method == "auto" and search_ok):
-        # auto: leave the MILPs a third of the time, a tenth where the table of batches left is complete
-        # (A* is then the method that closes gaps: B=8 of I=O=16, M=128 is proven by it alone)
-        found = _solve_search(ws=ws, time_limit_s=time_limit_s, t0=t0,
-                              reserve_s=(0.0, 0.0) if method == "search" else (time_limit_s / 10, time_limit_s / 3),
-                              **common)
-        if method == "search" or found.status in ("optimal", "infeasible"):
-            return found
+    use_dominance = strengthening.dominance and objective in MONOTONE
+    track.stage("warm start")
+    ws = find_warm_start(workload, limits, cost, objective, policy, warm_start, clean=use_dominance,
+                         symmetry=strengthening.symmetry,
+                         deadline=budget.start + budget.total_s * WARM_START_SHARE)
+    track.warm_start(ws, workload, limits, cost)
+    track.stage("lower bound")
+    bound = _lower_bound(workload, eff, cost, objective, ws, budget)
+    track.lower_bound(bound)
+    if target is not None and bound is not None and _beyond(bound, target, objective, workload):
+        track.offer(no_schedule(objective, be.NAME, 0, budget.start, ws, f"the certified bound {bound.value:.6g} "
+                                f"({bound.method}) is worse than the target"), final=True)
+        return
+    if (stop_early and target is None and track.is_done()) or track.finished:
+        return
+    J, proven = _horizon(objective, ws, workload, cost, target, eff, policy, max_horizon)
+    if horizon is not None:
+        proven = proven and horizon >= J
+        J = int(horizon)
+    J = max(J, int(workload.output_lens.max()))
+    lb_y = batch_count_lower_bound(workload, eff)
+    if J < lb_y:
+        if proven:   # even the shortest schedule is too slow for the target: answered without a solver
+            track.offer(no_schedule(objective, be.NAME, J, budget.start, ws,
+                                    f"horizon {J} < batch-count lower bound {lb_y}"), final=True)
+            return
+        J = lb_y
+    common = dict(workload=workload, limits=limits, cost=cost, objective=objective, policy=policy, J=J,
+                  proven=proven, be=be, threads=threads, rel_gap=rel_gap, log_solver=log_solver,
+                  solver_params=solver_params, strengthening=strengthening, budget=budget)
+    done = (lambda: track.finished or track.is_done()) if stop_early else (lambda: track.finished)
+    least_batches = None
+    if method == "search" or (method == "auto" and search_ok and ws is not None):
+        track.stage("class-state search")
+        found = _solve_search(ws=ws, reserve=method != "search", **common)
+        track.offer(found, final=method == "search" or found.status == "infeasible")
+        if done():
+            return
         if found.info["search"]["batch_table_complete"]:
             least_batches = found.info["search"]["min_batches"]
         if found.schedule is not None and found.objective is not None:
             ws = WarmStart(found.info["search"]["incumbent"], found.schedule, found.objective,
                            found.metrics["latency_s"])
     has_class = len(aggregate.num_identical_classes(workload)) < len(workload)
-    left = time_limit_s - (time.perf_counter() - t0)
     if method == "aggregate" or (method == "auto" and agg_ok and has_class):
-        first = _solve_aggregate(ws=ws, time_limit_s=left, t0=t0, least_batches=least_batches, **common)
-        first = combine(found, first, rel_gap, t0) if found is not None else first
-        left = time_limit_s - (time.perf_counter() - t0)
-        if method == "aggregate" or first.status in ("optimal", "infeasible") or left < 1.0:
-            return first
-        hint = WarmStart("aggregate", first.schedule, first.objective, first.metrics["latency_s"]) \
-            if first.schedule is not None else ws
-        second = _solve_per_request(ws=hint, time_limit_s=left, t0=t0, target=None, **common)
-        return combine(first, second, rel_gap, t0)
-    last = _solve_per_request(ws=ws, time_limit_s=left, t0=t0, target=target, **common)
-    return combine(found, last, rel_gap, t0) if found is not None else last
+        if budget.share() is None:
+            return
+        track.stage("aggregate MILP")
+        first = _solve_aggregate(ws=ws, least_batches=least_batches, **common)
+        track.offer(first, final=method == "aggregate" or first.status == "infeasible")
+        if done() or budget.share(reserve_s=1.0) is None:
+            return
+        if first.schedule is not None:
+            ws = WarmStart("aggregate", first.schedule, first.objective, first.metrics["latency_s"])
+    if budget.share() is None:
+        return
+    track.stage("per-request MILP")
+    track.offer(_solve_per_request(ws=ws, target=target, **common), final=True)
+
+
+def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
+    """Whether a certified ``bound`` shows that no schedule reaches the model-side ``target``
+    (seconds, minimised; for throughput the target is a latency and the bound a tokens/s ceiling)."""
+    if objective == "throughput":
+        return float(workload.output_lens.sum()) / bound.value > target
+    return bound.value > target
+
+
+def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective: str, ws: WarmStart | None,
+                 budget: Budget):
+    """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had)."""
+    from infermax.bounds import lower_bound
+
+    if budget.share(LOWER_BOUND_SHARE) is None:
+        return None
+    try:
+        return lower_bound(workload, limits, cost, objective=objective,
+                           methods=tuple(m for m in METHODS_OF[objective] if m != "milp"),
+                           upper=ws.latency_s if ws is not None else None)
+    except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
+        log.info("no horizon-free bound: %s", exc)
+        return None
 
 
 def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                  solver_params, strengthening, ws, time_limit_s, t0, reserve_s=(0.0, 0.0)) -> OptimalResult:
+                  solver_params, strengthening, ws, budget: Budget, reserve: bool) -> OptimalResult:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 
-    Budget: up to a sixth of ``time_limit_s`` for the table of exact batches left (if it cannot be
-    built, a twelfth for the backend to refute small batch counts of the relaxation); pilot searches of
-    width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until five twelfths have passed (nine
-    tenths when the table could not be built: A* then rarely finishes, and its bound is little above
-    its start) — each better schedule lowers the A* cutoff and is the incumbent if A* cannot finish;
-    A* for the rest (up to a sixth of it for the trajectory LP's tables, :mod:`.trajectorylp`; nine tenths
-    without the table, the time the trajectory LPs leave going to configuration LPs, :mod:`.configlp`).
-    reserve_s: the time to leave unused (for the caller's other methods) when the table is complete,
-    and when it is not; the table's budget counts the larger one out.
+    Its time is what the budget has left, less a reserve for the MILPs when ``reserve`` (they keep
+    :data:`.budget.MILP_RESERVE_WITH_TABLE` of the limit when the table of exact batches left is
+    complete, A* being what closes gaps then, and :data:`.budget.MILP_RESERVE_WITHOUT_TABLE` when it is
+    not). Of the search's time: :data:`.budget.TABLE_SHARE` for the table (if it cannot be built,
+    :data:`.budget.REFUTE_SHARE` for the backend to refute small batch counts of the relaxation);
+    pilot searches of width 1, 4, 16 and 64, then beams of width 8, 128 and 512, until the incumbent
+    share has passed — each better schedule lowers the A* cutoff and is the incumbent if A* cannot
+    finish; A* for the rest (its LP share for the trajectory LPs' tables, :mod:`.trajectorylp`, or,
+    without the table, for the configuration LPs, :mod:`.configlp`).
     """
     eff = policy.effective_limits(limits)
-    start = time.perf_counter()
+    reserves = (budget.total_s * MILP_RESERVE_WITH_TABLE, budget.total_s * MILP_RESERVE_WITHOUT_TABLE) \
+        if reserve else (0.0, 0.0)
     sp_classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(workload)]
     rest = batchtable.RemainingBatches(sp_classes, eff.M, eff.R_max,
-                                       time_budget_s=(time_limit_s - max(reserve_s)) / 6)
+                                       time_budget_s=budget.share(TABLE_SHARE, reserve_s=max(reserves)) or 0.0)
     min_batches, table_complete = rest.num_batches, rest.is_complete
-    time_limit_s -= reserve_s[0 if table_complete else 1]
+    time_limit_s = max(0.0, budget.left() - reserves[0 if table_complete else 1])
+    deadline = time.perf_counter() + time_limit_s
     if not rest.is_complete:         # only states near the goal are in it: lookups would cost more than they give
         rest = None
-        if batchcount.is_applicable(eff):     # ask the backend which batch counts the relaxation cannot meet
+        refute_s = time_limit_s * REFUTE_SHARE
+        if batchcount.is_applicable(eff) and refute_s >= MIN_STAGE_S:  # which batch counts can the relaxation not meet
             area = batchcount.area_bound(sp_classes, eff.M, eff.R_max)
             min_batches = batchcount.refute_batch_counts(
                 sp_classes, eff.M, eff.R_max, max(min_batches, area),
-                lambda model, tl: be.solve(model, tl, threads=threads), time_limit_s / 12)
+                lambda model, tl: be.solve(model, tl, threads=threads), refute_s)
     best = ws
-    beam_until = time_limit_s * (5 / 12 if table_complete else 9 / 10)  # without the table A* rarely finishes
+    beam_until = deadline - time_limit_s * (1 - (INCUMBENT_SHARE_WITH_TABLE if table_complete
+                                                 else INCUMBENT_SHARE_WITHOUT_TABLE))
     runs = [("pilot", w) for w in (1, 4, 16, 64)] + [("beam", w) for w in (8, 128, 512)]
     for kind, width in runs:
-        left = beam_until - (time.perf_counter() - start)
-        if left <= 0:
+        left = beam_until - time.perf_counter()
+        if left <= MIN_STAGE_S:
             break
         if kind == "pilot":
             found = search.pilot_search(workload, eff, cost, policy, width=width, time_budget_s=left)
@@ -231,21 +343,21 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
             latency = compute_metrics(replay(found[0], workload, limits, cost))["latency_s"]
             if latency < best.latency_s:
                 best = WarmStart(f"search-{kind}-{width}", found[0], latency, latency)
-    left = max(0.0, time_limit_s - (time.perf_counter() - start))
-    # without the table A* rarely finishes and its bound is the LP's: most of its time goes to the LPs then
-    lp_share = (1 / 6 if table_complete else 0.9) if trajectorylp.is_available() else 0.0
+    left = max(0.0, deadline - time.perf_counter())
+    lp_share = (LP_SHARE_WITH_TABLE if table_complete else LP_SHARE_WITHOUT_TABLE) \
+        if trajectorylp.is_available() else 0.0
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
                                 rel_gap=rel_gap, min_batches=min_batches, rest=rest, lp_budget_s=left * lp_share,
                                 refine_lp=not table_complete)
-    return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, t0,
+    return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, budget.start,
                          {"min_batches": min_batches, "batch_table_complete": table_complete,
                           "incumbent": best.name})
 
 
 def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                       solver_params, strengthening, ws, time_limit_s, t0, target) -> OptimalResult:
+                       solver_params, strengthening, ws, budget: Budget, target) -> OptimalResult:
     eff = policy.effective_limits(limits)
-    fm = build(workload, limits, cost, objective, policy, J, strengthening, target)
+    fm = build(workload, limits, cost, objective, policy, J, strengthening, target, deadline=budget.deadline)
     hinted = False
     if ws is not None and len(ws.schedule) <= J and (target is None or meets(ws, objective, target)):
         x = assign(fm, canonical_labels(ws.schedule, workload, eff, cost, strengthening.symmetry))
@@ -258,14 +370,15 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
     model = fm.model
     if strengthening.indicators == "big-m":
         model, _ = to_milp(model, indicators="big-m", products="native", big_m=strengthening.big_m)
-    res = be.solve(model, time_limit_s, threads=threads, rel_gap=rel_gap, log=log_solver,
+    budget.check("building the per-request model")
+    res = be.solve(model, max(MIN_STAGE_S, budget.left()), threads=threads, rel_gap=rel_gap, log=log_solver,
                    **_backend_kwargs(be, strengthening, solver_params))
-    return make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, target,
+    return make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, budget.start, target,
                        lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
 
 
 def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                     solver_params, strengthening, ws, time_limit_s, t0, least_batches=None) -> OptimalResult:
+                     solver_params, strengthening, ws, budget: Budget, least_batches=None) -> OptimalResult:
     """least_batches: the packing relaxation's exact least batch count if already known (the search's table)."""
     eff = policy.effective_limits(limits)
     relax = policy.chunked_prefill
@@ -274,17 +387,19 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
     packing = None
     if batchcount.is_applicable(eff):      # exact least batch count of the packing relaxation, if quick
         if least_batches is None:
-            packing = batchcount.min_batch_count(workload, eff, upper=J, time_budget_s=min(10.0, time_limit_s / 6))
+            packing = batchcount.min_batch_count(workload, eff, upper=J, time_budget_s=budget.share(
+                PACKING_SHARE, cap_s=PACKING_CAP_S) or 0.0)
             least_batches = packing.num_batches
         lb_y = max(lb_y, least_batches)
-    probe_s = min(2.0, time_limit_s / 20)
-    lb_probe = aggregate.probe_batch_count(workload, limits, cost, policy, lb_y, J,
-                                           lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap),
-                                           probe_s)
+    lb_probe = lb_y
+    if (probe_s := budget.share(PROBE_SHARE, cap_s=PROBE_CAP_S)) is not None:
+        lb_probe = aggregate.probe_batch_count(
+            workload, limits, cost, policy, lb_y, J,
+            lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap), probe_s)
     if lb_probe > J:
-        return no_schedule(objective, be.NAME, J, t0, ws, f"no schedule has <= {J} batches")
-    time_limit_s = max(1.0, time_limit_s - (time.perf_counter() - t0))
-    fm = aggregate.build_aggregate(workload, limits, cost, policy, J, relax_chunking=relax, min_batches=lb_probe)
+        return no_schedule(objective, be.NAME, J, budget.start, ws, f"no schedule has <= {J} batches")
+    fm = aggregate.build_aggregate(workload, limits, cost, policy, J, relax_chunking=relax, min_batches=lb_probe,
+                                   deadline=budget.deadline)
     fm.info["batch_count_probed"] = lb_probe
     if packing is not None:
         fm.info["batch_count_search"] = {"num_batches": packing.num_batches, "is_exact": packing.is_exact,
@@ -300,9 +415,11 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
             else:
                 fm.model.hint = {k: float(x[k]) for k in range(fm.model.num_vars)}
                 hinted = True
-    res = be.solve(fm.model, time_limit_s, threads=threads, rel_gap=rel_gap / 10 if relax else rel_gap,
-                   log=log_solver, **_backend_kwargs(be, strengthening, solver_params))
-    r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, t0, None,
+    budget.check("building the aggregate model")
+    res = be.solve(fm.model, max(MIN_STAGE_S, budget.left()), threads=threads,
+                   rel_gap=rel_gap / 10 if relax else rel_gap, log=log_solver,
+                   **_backend_kwargs(be, strengthening, solver_params))
+    r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, budget.start, None,
                     lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
                     lambda sch: aggregate.assign_aggregate(fm, sch))
     if relax:
@@ -318,9 +435,13 @@ def _backend_kwargs(be, strengthening: Strengthening, solver_params: dict | None
 
 
 def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy, horizon: int,
-          strengthening: Strengthening, target: float | None = None) -> Formulation:
-    """The complete model (core, objective, strengthening, optional better-than row)."""
+          strengthening: Strengthening, target: float | None = None, deadline: float = math.inf) -> Formulation:
+    """The complete model (core, objective, strengthening, optional better-than row).
+
+    Building stops with :class:`.budget.BudgetExhausted` once ``deadline`` (``time.perf_counter()``) passes.
+    """
     fm = empty_formulation(workload, limits, cost, policy, horizon, objective)
+    fm.model.deadline = deadline
     build_core(fm)
     T = workload.arrivals_s
     upper_s = float(T.max()) + horizon * max_batch_time_s(fm)

@@ -1,12 +1,19 @@
 """``infermax solve``: the optimal schedule of a workload (the MILP of infermax.txt §3.3).
 
     infermax solve --workload fixed:I=64,O=4,B=4 --limits M=128,C=4096 --objective latency \\
-                   --backend cpsat --time-limit 60 [--no-eviction] [--better-than vllm] [--out DIR] [--json]
+                   --backend cpsat --time-limit 60 [--no-eviction] [--better-than vllm] [--out DIR] [--json] [-q]
+
+Progress (stage, best objective, certified bound, gap) goes to stderr, one line per change, once a
+solve has run for more than a couple of seconds; ``-q`` silences it (``--json`` too). Ctrl-C stops
+the solve: the best schedule found so far is written to ``--out`` and printed, and the exit status
+is 130. ``--out DIR`` writes ``schedule.json`` (its meta names the workload, limits and cost model),
+``workload.json`` and ``result.json``, so that ``infermax replay DIR/schedule.json`` judges it.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,8 +23,8 @@ from .backends import BackendUnavailable, ModelTooLarge, backend_names
 from .objectives import OBJECTIVES
 from .policy import Policy
 
-SUMMARY = ("status", "method", "objective", "bound", "gap", "wall_s", "num_batches", "num_evictions", "horizon",
-           "horizon_proven", "warm_start")
+SUMMARY = ("status", "method", "objective", "bound", "bound_method", "gap", "wall_s", "num_batches", "num_evictions",
+           "horizon", "horizon_proven", "warm_start", "stopped")
 
 
 def add_subcommands(subparsers) -> None:
@@ -44,8 +51,9 @@ def add_subcommands(subparsers) -> None:
     p.add_argument("--method", default="auto", choices=METHODS,
                    help="auto (default): class-state search first for offline latency, then the MILPs; "
                         "search, aggregate or per-request alone")
-    p.add_argument("--out", help="directory for schedule.json and result.json")
+    p.add_argument("--out", help="directory for schedule.json, workload.json and result.json")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=cmd_solve)
 
 
@@ -70,37 +78,89 @@ def _better_than(raw: str | None) -> float | str | None:
         return raw
 
 
+class _ProgressLines:
+    """One stderr line per progress event, held back until the solve has run ``after_s`` seconds."""
+
+    def __init__(self, enabled: bool, after_s: float = 2.0) -> None:
+        self.enabled, self.after_s = enabled, after_s
+        self.held = None
+        self.shown = False
+
+    def __call__(self, event) -> None:
+        if not self.enabled:
+            return
+        if not self.shown and event.elapsed_s < self.after_s and event.stage != "done":
+            self.held = event
+            return
+        if not self.shown and self.held is not None and event.stage != "done":
+            print(self.held.line(), file=sys.stderr, flush=True)
+        self.shown = True
+        if event.stage != "done" or event.elapsed_s >= self.after_s:
+            print(event.line(), file=sys.stderr, flush=True)
+
+
+def _write_out(out: Path, r, workload, limits, cost) -> None:
+    """schedule.json (meta: workload, limits, cost), workload.json and result.json under ``out``."""
+    from infermax.types import Schedule
+
+    out.mkdir(parents=True, exist_ok=True)
+    if r.schedule is not None:
+        meta = {**r.schedule.meta, "workload": workload.name, "limits": limits.to_dict(), "cost": cost.describe()}
+        Schedule(r.schedule.batches, meta).to_json(out / "schedule.json")
+    (out / "workload.json").write_text(json.dumps(workload.to_dict()))
+    (out / "limits.json").write_text(json.dumps(limits.to_dict()))
+    (out / "result.json").write_text(json.dumps(_jsonable({**r.summary(), "metrics": r.metrics}), indent=2))
+
+
+def _jsonable(value):
+    """JSON-safe: NaN and infinities become null (JSON has no such numbers)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    return str(value)
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
+    from infermax.engine import resolve_inputs
+
     from .api import solve_optimal
 
+    workload, limits, cost = resolve_inputs(args.workload, args.limits, args.cost)
+    show = _ProgressLines(enabled=not (args.json or args.quiet))
     try:
-        r = solve_optimal(args.workload, args.limits, args.cost, objective=args.objective, backend=args.backend,
+        r = solve_optimal(workload, limits, cost, objective=args.objective, backend=args.backend,
                           time_limit_s=args.time_limit, policy=_policy(args),
                           warm_start=None if args.warm_start == "none" else args.warm_start,
                           horizon=args.horizon, better_than=_better_than(args.better_than), by=args.by,
-                          threads=args.threads, rel_gap=args.gap, method=args.method)
+                          threads=args.threads, rel_gap=args.gap, method=args.method, progress=show)
     except (BackendUnavailable, ModelTooLarge) as exc:
         if args.json:
             print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
         print(f"infermax: error: {exc}", file=sys.stderr)
         return 2
-    summary = r.summary()
+    summary = _jsonable({**r.summary(), "stopped": r.info.get("stopped"), "bound_method": r.info.get("bound_method")})
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        if r.schedule is not None:
-            r.schedule.to_json(out / "schedule.json")
-        (out / "result.json").write_text(json.dumps({**summary, "metrics": r.metrics}, indent=2, default=str))
+        _write_out(Path(args.out), r, workload, limits, cost)
+    interrupted = str(r.info.get("stopped", "")).startswith("interrupted")
     if args.json:
-        print(json.dumps({**summary, "metrics": r.metrics}, default=str))
-        return 0
-    width = max(len(k) for k in SUMMARY)
-    for key in SUMMARY:
-        value = summary.get(key)
-        if isinstance(value, float):
-            value = f"{value:.6g}"
-        print(f"{key.rjust(width)}  {value}")
-    if r.status == "infeasible" and args.better_than is not None:
-        print(f"no schedule is {args.by:.0%} better than {args.better_than}"
-              + ("" if r.horizon_proven else f" within {r.horizon} batches"))
+        print(json.dumps({**summary, "metrics": _jsonable(r.metrics)}))
+    else:
+        width = max(len(k) for k in SUMMARY)
+        for key in SUMMARY:
+            value = summary.get(key)
+            if isinstance(value, float):
+                value = f"{value:.6g}"
+            print(f"{key.rjust(width)}  {value}")
+        if r.status == "infeasible" and args.better_than is not None:
+            print(f"no schedule is {args.by:.0%} better than {args.better_than}"
+                  + ("" if r.horizon_proven else f" within {r.horizon} batches"))
+    if interrupted:
+        where = f"; best schedule written to {args.out}" if args.out and r.schedule is not None else ""
+        print(f"infermax: interrupted{where}", file=sys.stderr)
+        return 130
     return 0

@@ -23,10 +23,13 @@ represent them on a grid of ``Model.continuous_step_s``.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Union
 
 import numpy as np
+
+from .budget import BudgetExhausted
 
 Number = Union[int, float]
 
@@ -184,6 +187,8 @@ class Model:
     products: list[Product] = field(default_factory=list)
     objective: LinExpr = field(default_factory=LinExpr)
     hint: dict[int, float] = field(default_factory=dict)
+    #: ``time.perf_counter()`` value after which building stops (:class:`~.budget.BudgetExhausted`)
+    deadline: float = math.inf
 
     # --- variables ---------------------------------------------------------------
     def int_var(self, lb: Number, ub: Number, name: str) -> Var:
@@ -234,6 +239,9 @@ class Model:
         idx = np.fromiter((k for k, _ in items), dtype=np.int64, count=len(items))
         co = np.fromiter((v for _, v in items), dtype=np.float64, count=len(items))
         self.rows.append(Row(idx, co, lb, ub, family, lits))
+        if len(self.rows) % 1024 == 0 and time.perf_counter() > self.deadline:
+            raise BudgetExhausted(f"the time limit ran out while building the model ({len(self.rows)} rows, "
+                                  f"family {family})")
 
     def add_product(self, z: Var, x: Var, y: Var, family: str, sense: str = "eq") -> None:
         if sense not in ("eq", "ge"):

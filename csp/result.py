@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -127,6 +128,9 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
     # variables of a time-limited incumbent) evaluated by the objective row
     solver_obj = fm.model.objective_value(reassign(schedule)) if source == "solver" else res.objective
     bound = conservative_bound(fm, res)
+    if not proven:      # the solver's bound holds for schedules of at most J batches only: not certified
+        info["bound_within_horizon"] = bound
+        bound = None
     if objective == "throughput":
         solver_obj = as_throughput(workload, solver_obj)
         bound = as_throughput(workload, bound)
@@ -138,13 +142,14 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
                         solver_obj, diff)
     gap = relative_gap(value, bound, objective)
     status = res.status
-    if status == "optimal" and not (proven and gap is not None and gap <= rel_gap * (1 + 1e-9)):
+    if status == "optimal" and not is_within(gap, rel_gap):
         status = "feasible"
         info["optimal_within_horizon"] = not proven
     if status in ("unknown",) and schedule is not None:
         status = "feasible"
     if status == "infeasible" and not proven:
         info["infeasible_within_horizon"] = True
+    info["bound_method"] = method if bound is not None else None
     return OptimalResult(schedule=schedule, objective=value, bound=bound, gap=gap, status=status,
                          backend=res.backend, wall_s=time.perf_counter() - t0, objective_name=objective,
                          solver_objective=solver_obj, horizon=J, horizon_proven=proven, warm_start=warm,
@@ -156,6 +161,18 @@ def as_throughput(workload, latency_s: float | None) -> float | None:
     return float(workload.output_lens.sum()) / latency_s if latency_s and latency_s > 0 else None
 
 
+def is_within(gap: float | None, rel_gap: float) -> bool:
+    """Whether a certified ``gap`` proves optimality at ``rel_gap`` (a relative 1e-9 of rounding allowed)."""
+    return gap is not None and gap <= rel_gap * (1 + 1e-9)
+
+
+def is_better_bound(a: float | None, b: float | None, objective: str) -> bool:
+    """Whether bound ``a`` is tighter than ``b`` (higher when minimising, lower for throughput)."""
+    if a is None:
+        return False
+    return b is None or (a < b if objective == "throughput" else a > b)
+
+
 def relative_gap(value: float | None, bound: float | None, objective: str) -> float | None:
     """How far ``value`` may be from the optimum, relative: throughput is maximised, the rest minimised."""
     if value is None or bound is None:
@@ -164,18 +181,46 @@ def relative_gap(value: float | None, bound: float | None, objective: str) -> fl
 
 
 def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:
-    """The better schedule of two solves of the same problem, with the better of their bounds."""
+    """The better schedule of two solves of the same problem (the second on a tie: the later stage
+    knows more), with the better of their bounds."""
     sign = -1.0 if first.objective_name == "throughput" else 1.0          # compare as minimisation
     best = second if (second.objective is not None and (first.objective is None
-                                                       or sign * second.objective < sign * first.objective)) else first
+                                                       or sign * second.objective <= sign * first.objective)) else first
     bounds = [sign * b for b in (first.bound, second.bound) if b is not None]
     bound = sign * max(bounds) if bounds else None
     gap = relative_gap(best.objective, bound, best.objective_name)
-    status = "optimal" if gap is not None and gap <= rel_gap * (1 + 1e-9) and best.horizon_proven else \
-        best.status if best.status != "optimal" else "feasible"
-    info = {**best.info, "methods": {first.info["method"]: first.summary(), second.info["method"]: second.summary()}}
+    status = "optimal" if is_within(gap, rel_gap) else best.status if best.status != "optimal" else "feasible"
+    bound_from = max((first, second), key=lambda r: -math.inf if r.bound is None else sign * r.bound)
+    methods = {**first.info.get("methods", {}), **second.info.get("methods", {})}
+    methods[first.info["method"]] = first.summary()
+    methods[second.info["method"]] = second.summary()
+    info = {**best.info, "methods": methods, "bound_method": bound_from.info.get("bound_method")}
     return dataclasses.replace(best, bound=bound, gap=gap, status=status, wall_s=time.perf_counter() - t0,
-                               warm_start=first.warm_start, info=info)
+                               warm_start=first.warm_start or second.warm_start, info=info)
+
+
+def with_bound(result: OptimalResult, bound: float | None, method: str, rel_gap: float, t0: float) -> OptimalResult:
+    """``result`` with a certified ``bound`` from elsewhere (e.g. :func:`infermax.lower_bound`) if it is tighter."""
+    objective = result.objective_name
+    info = dict(result.info)
+    new = result.bound
+    if is_better_bound(bound, result.bound, objective):
+        new, info["bound_method"] = bound, method
+    gap = relative_gap(result.objective, new, objective)
+    status = result.status
+    if result.objective is not None and status != "infeasible":
+        status = "optimal" if is_within(gap, rel_gap) else "feasible"
+    return dataclasses.replace(result, bound=new, gap=gap, status=status, wall_s=time.perf_counter() - t0, info=info)
+
+
+def from_warm_start(ws: WarmStart, workload, limits, cost, objective: str, t0: float) -> OptimalResult:
+    """The warm start as a result (no bound yet): what ``solve_optimal`` returns if nothing beats it in time."""
+    metrics = compute_metrics(replay(ws.schedule, workload, limits, cost))
+    return OptimalResult(schedule=ws.schedule, objective=objective_value(metrics, objective), bound=None, gap=None,
+                         status="feasible", backend="warm-start", wall_s=time.perf_counter() - t0,
+                         objective_name=objective, horizon=len(ws.schedule), horizon_proven=False,
+                         warm_start={"scheduler": ws.name, "objective": ws.value}, metrics=metrics,
+                         info={"method": "warm-start", "solution_from": "warm-start", "bound_method": None})
 
 
 def no_schedule(objective: str, backend: str, J: int, t0: float, ws: WarmStart | None, why: str) -> OptimalResult:
@@ -200,8 +245,8 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
     if objective == "throughput":
         bound = as_throughput(workload, bound)
     gap = relative_gap(value, bound, objective)
-    status = "optimal" if found.is_complete and gap is not None and gap <= rel_gap * (1 + 1e-9) else "feasible"
-    info = {"method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
+    status = "optimal" if found.is_complete and is_within(gap, rel_gap) else "feasible"
+    info = {"method": "search", "bound_method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
             else "stopped", "solver_wall_s": found.wall_s, "search": {
                 "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,
                 "complete": found.is_complete, "trajectory_lp": found.trajectory_lp, **extra}}

@@ -8,14 +8,17 @@ The LP chooses, per class, a convex combination of n_c paths (λ_p >= 0, Σ λ_p
 batch j fits::
 
     Σ λ_p·kv_pj <= M + s_j      memory of running items and idle residents (s_j: priced slack)
-    Σ λ_p·tok_pj <= C,   Σ λ_p·fill_pj <= P,   Σ λ_p·res_pj <= R_max
+    Σ λ_p·tok_pj <= C + o_j,   Σ λ_p·fill_pj <= P + o_j,   Σ λ_p·res_pj <= R_max + o_j
     z_j >= a_k + b_k·Σ λ_p·tok_pj            for every line k (the batch's non-attention time)
     M·(u_j + s_j) >= Σ λ_p·deckv_pj,  M·(v_j + s_j) >= Σ λ_p·fillkv_pj,  u_j + v_j >= 1
     (u_j + v_j <= 1 without hybrid batches; 0 <= u_j, v_j <= 1)
 
-minimising Σ_j (z_j + db·u_j + pb·v_j + BIG·s_j) + Σ_p λ_p·(item costs of p). Every schedule with
-exactly Y non-empty batches is a solution (integer λ, s = 0, u and v its decode and prefill
-indicators), so the LP value bounds it from below. Unlike the class-state bound, the LP prices
+minimising Σ_j (z_j + db·u_j + pb·v_j + BIG·(s_j + o_j)) + Σ_p λ_p·(item costs of p). Every schedule
+with exactly Y non-empty batches is a solution (integer λ, s = o = 0, u and v its decode and prefill
+indicators), so the LP value bounds it from below. The priced slacks s and o keep every restricted
+LP feasible, whatever its columns: the first columns (paths that never pause) cannot meet C, P or
+R_max on their own when the optimum needs a request evicted and refilled (three requests of I = 1,
+O = 2 under M = 4, R_max = 2 in three batches), and an infeasible restricted LP has no prices. Unlike the class-state bound, the LP prices
 residency: a request that pauses either holds its KV or is evicted and pays its refill. Paths are
 priced by column generation — a shortest path over slots and batches (:meth:`TrajectoryLP.paths`) —
 and the LP is solved by GLOP.
@@ -101,21 +104,24 @@ class TrajectoryLP:
         self.u = [solver.NumVar(0.0, 1.0, f"u{j}") for j in range(Y)]
         self.v = [solver.NumVar(0.0, 1.0, f"v{j}") for j in range(Y)]
         self.s = [solver.NumVar(0.0, float(M * Y), f"s{j}") for j in range(Y)]
+        over = float(self.num_requests * max(1.0, float(self.L.max(initial=1.0))) + sp.C + sp.P)
+        self.o = [solver.NumVar(0.0, over, f"o{j}") for j in range(Y)]
         obj = self.obj = solver.Objective()
         obj.SetMinimization()
         self.rows: dict[str, list] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
         self.lines = [[] for _ in self.t_lines]
         has_res = sp.R_max < self.num_requests
         for j in range(Y):
-            z, u, v, s = self.z[j], self.u[j], self.v[j], self.s[j]
+            z, u, v, s, o = self.z[j], self.u[j], self.v[j], self.s[j], self.o[j]
             obj.SetCoefficient(z, 1.0)
             obj.SetCoefficient(u, self.t_db)
             obj.SetCoefficient(v, self.t_pb)
             obj.SetCoefficient(s, _SLACK_S / _UNIT_S)
+            obj.SetCoefficient(o, _SLACK_S / _UNIT_S)
             self._row("kv", -inf, M, {s: -1.0})
-            self._row("tok", -inf, sp.C, {})
-            self._row("fill", -inf, sp.P, {})
-            self._row("res", -inf, sp.R_max if has_res else inf, {})
+            self._row("tok", -inf, sp.C, {o: -1.0})
+            self._row("fill", -inf, sp.P, {o: -1.0})
+            self._row("res", -inf, sp.R_max if has_res else inf, {o: -1.0})
             for (a, _), rows in zip(self.t_lines, self.lines):
                 rows.append(self._make(a, inf, {z: 1.0}))
             self._row("dec", 0.0, inf, {u: M, s: M})
@@ -213,7 +219,9 @@ class TrajectoryLP:
             f_max = self.z[j].ub()
             own = [(1.0 - sum(ls), f_max), (self.t_db - sp.M * dec - one - alt, 1.0),
                    (self.t_pb - sp.M * pre - one - alt, 1.0),
-                   (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub())]
+                   (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub()),
+                   (_SLACK_S / _UNIT_S + tok + fill + (rs if sp.R_max < self.num_requests else 0.0),
+                    self.o[j].ub())]
             value = sum(min(0.0, rc) * ub for rc, ub in own)
             value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, self.t_lines))
             if sp.R_max < self.num_requests:

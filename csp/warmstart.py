@@ -10,7 +10,9 @@ symmetry-breaking order (:func:`.trajectory.canonical_labels`).
 The horizon J must hold an optimal schedule. For latency each non-empty batch
 costs at least β = f(0) + min(decode, prefill bias) on top of the work w every
 schedule does (Σ Pk tokens at the cheapest slope, Σ I(I+1)/2 prefill work), so
-an optimal schedule has at most ⌊(UB - w) / β⌋ batches.
+an optimal schedule has at most ⌊(UB - w) / β⌋ batches. For mean TTFT only the
+batches up to the last first token are priced (:func:`horizon_for_ttft`); a
+tail that finishes every request after them is counted on top.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from .trajectory import canonical_labels, respects_policy, sequential_schedule, 
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_latency"]
+__all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_latency", "horizon_for_ttft"]
 
 _METRIC = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
            "throughput": "latency_s"}
@@ -52,13 +54,18 @@ class WarmStart:
 
 
 def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy,
-                    source: "str | Schedule | None", clean: bool, symmetry: str) -> WarmStart | None:
+                    source: "str | Schedule | None", clean: bool, symmetry: str,
+                    deadline: float = math.inf) -> WarmStart | None:
     """The best valid starting schedule in ``policy``'s class.
 
     source: "best" tries every registered scheduler and the sequential schedule;
     a scheduler name tries that one; a Schedule is used as given; None gives
-    only the sequential schedule (still needed for the horizon).
+    only the sequential schedule (still needed for the horizon). Schedulers are
+    tried until ``deadline`` (``time.perf_counter()``) has passed; the sequential
+    schedule always is.
     """
+    import time
+
     from infermax.schedulers import available
 
     candidates: list[tuple[str, Schedule]] = []
@@ -67,9 +74,14 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
     elif source is not None:
         names = available() if source == "best" else [source]
         for name in names:
+            if time.perf_counter() > deadline:
+                log.info("warm start: time is up after %d of %d schedulers", len(candidates), len(names))
+                break
             try:
                 candidates.append((name, simulate(workload, name, limits, cost).schedule))
             except (SchedulerStuckError, ScheduleError, ValueError) as exc:
+                if source != "best":      # the one scheduler asked for: an unknown name or a refusal is an error
+                    raise ValueError(f"warm start {source!r}: {exc}") from exc
                 log.info("warm start: scheduler %s failed on this instance (%s)", name, exc)
     candidates.append(("sequential", sequential_schedule(workload, limits)))
     best: WarmStart | None = None
@@ -97,6 +109,44 @@ def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> 
     if beta <= 0:
         raise ValueError("the cost model gives batches no fixed cost; pass horizon= explicitly")
     return max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
+
+
+def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: CostModel,
+                     policy: Policy) -> int | None:
+    """Batches some TTFT-optimal schedule fits in, or None where no such count is proven.
+
+    ``upper_s`` bounds the busy time up to the last first token of an optimal schedule (B × the
+    warm start's mean TTFT plus the spread of arrivals). Those batches each cost at least β on top
+    of the prefill work every first token needs (Σ I at the cheapest slope, Σ I(I+1)/2 attention),
+    so there are at most K = ⌊(upper - prefill work) / β⌋ of them. After the last first token the
+    schedule may end any valid way without changing TTFT; one that always exists:
+
+    - with eviction and chunked prefill (or every refill fitting min(C, P) whole): evict every
+      running request, then finish the requests one at a time — a refill of at most I + O - 1
+      tokens in chunks of min(C, P), then its decodes: ⌈(I + O - 1) / min(C, P)⌉ + O - 2 batches;
+    - without eviction: only decodes are left (nothing is ever evicted, so every unfinished request
+      is in decode phase), one token per request per batch: at most Σ (O - 1) batches.
+
+    Any other policy class gets None (the tail is not bounded here).
+    """
+    I, O = workload.input_lens, workload.output_lens
+    k = linear_coefficients(cost)
+    f0, segs = nonattention_segments(k.nonattn_lines, 1)
+    beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
+    if beta <= 0:
+        return None
+    If = I.astype(np.float64)
+    work = segs[0][1] * If.sum() + k.prefill_attn_s * float((If * (If + 1) / 2).sum())
+    prefix = max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
+    cap = min(limits.C, limits.P)
+    left = O > 1
+    if not policy.allow_eviction:
+        tail = int((O - 1).sum())
+    elif policy.chunked_prefill or int((I + O - 1).max()) <= cap:
+        tail = int((-(-(I + O - 1)[left] // cap) + O[left] - 2).sum())
+    else:
+        return None
+    return prefix + tail
 
 
 def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:

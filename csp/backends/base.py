@@ -52,14 +52,57 @@ def hint_vector(model, hint: dict[int, float] | None) -> dict[int, float]:
     return dict(model.hint) if hint is None else dict(hint)
 
 
-def objective_scale(model) -> float:
-    """A power of ten that brings the largest objective coefficient near 1-10.
+#: the size the objective is solved at by MIP backends: values near 1e3-1e4 keep every solver's
+#: absolute tolerances (HiGHS's mip_abs_gap is 1e-6 by default) far below a relative 1e-9
+OBJECTIVE_MAGNITUDE = 1e3
+#: relative error allowed for a MIP solver's dual bound beyond its gap tolerances (LP feasibility and
+#: optimality tolerances of 1e-9..1e-7 on an objective scaled to ~1e3): taken off every MIP bound
+MIP_BOUND_MARGIN = 1e-9
 
-    Costs in seconds span 1e-9 (prefill attention per token²) to 1e-2 (a batch);
-    MIP solvers treat tiny costs as noise, so the objective is solved in scaled units.
+
+def objective_scale(model, value: float | None = None) -> float:
+    """A power of ten that brings the objective to ~1e3 (or its largest coefficient near 1-10).
+
+    Costs in seconds span 1e-9 (prefill attention per token²) to 1e-2 (a batch), and an online
+    objective is a single time variable worth ~0.01-100 s: MIP solvers treat differences below their
+    absolute tolerances (1e-6) as zero, so the objective is solved in scaled units. ``value`` (the
+    objective at the warm start) sets the scale so that the optimum is ~1e3-1e4; without one, the
+    largest coefficient is brought near 1.
     """
+    if value is not None and math.isfinite(value) and value > 0:
+        return 10.0 ** (math.floor(math.log10(OBJECTIVE_MAGNITUDE)) - math.floor(math.log10(value)))
     big = max((abs(c) for c in model.objective.terms.values()), default=1.0) or 1.0
     return 10.0 ** (-math.floor(math.log10(big)))
+
+
+def certified_bound(bound: float | None, objective: float | None, status: str, rel_gap: float,
+                    abs_gap: float) -> float | None:
+    """The lower bound a MIP solver's answer certifies, in the solver's (scaled) units.
+
+    A solver that stops on its gap tolerances may report a dual bound equal to its incumbent
+    (HiGHS does; PuLP/CBC give no bound and only say "optimal"): nodes pruned because their bound
+    came within ``abs_gap`` or ``rel_gap`` of the incumbent are gone from the open set. What stays
+    certified is the lesser of the reported bound and ``incumbent - max(abs_gap, rel_gap·|incumbent|)``,
+    lowered once more by :data:`MIP_BOUND_MARGIN` for the solver's LP tolerances. ``status`` is the
+    backend's ("optimal": the incumbent is proven within those gaps even without a reported bound).
+    """
+    candidates = [b for b in (bound,) if b is not None and math.isfinite(b)]
+    if objective is not None and math.isfinite(objective) and (candidates or status == "optimal"):
+        candidates.append(objective - max(abs_gap, rel_gap * abs(objective)))
+    if not candidates:
+        return None
+    low = min(candidates)
+    return low - MIP_BOUND_MARGIN * max(abs(low), abs(objective or 0.0))
+
+
+def solver_gaps(rel_gap: float) -> tuple[float, float]:
+    """(relative, absolute) gap tolerances a MIP backend passes to its solver for a requested ``rel_gap``.
+
+    Half the requested gap, so that the certified bound (:func:`certified_bound`, which takes the
+    solver's tolerance off) still proves ``rel_gap``; the absolute gap is negligible at
+    :data:`OBJECTIVE_MAGNITUDE`.
+    """
+    return rel_gap / 2, 1e-9
 
 
 @dataclass(frozen=True)
@@ -73,14 +116,24 @@ class MipInput:
 
 
 def prepare_mip(model, hint: dict[int, float] | None, indicators: str, products: str, big_m: str) -> MipInput:
-    """The common first step of the MIP backends: translate (:func:`~..linearize.to_milp`), merge the hint."""
+    """The common first step of the MIP backends: translate (:func:`~..linearize.to_milp`), merge the
+    hint, and scale the objective from its value at the hint (:func:`objective_scale`)."""
     from ..linearize import to_milp
 
     hints = hint_vector(model, hint)
     milp, facts = to_milp(model, indicators=indicators, products=products, big_m=big_m)
     if hint is not None:
         milp.hint = {**milp.hint, **hints}
-    return MipInput(milp, facts, objective_scale(milp), model.num_vars)
+    value = None
+    if hints and len(hints) >= model.num_vars:
+        x = np.zeros(model.num_vars)
+        for k, v in hints.items():
+            if k < model.num_vars:
+                x[k] = v
+        value = model.objective_value(x)
+    scale = objective_scale(milp, value)
+    facts["objective_scale"] = scale
+    return MipInput(milp, facts, scale, model.num_vars)
 
 
 def original_values(mip: MipInput, raw) -> np.ndarray:
@@ -89,39 +142,39 @@ def original_values(mip: MipInput, raw) -> np.ndarray:
     return np.where(np.array(mip.milp.integer[:mip.num_original]), np.round(values), values)
 
 
-def run_isolated(fn, payload: dict, timeout_s: float):
-    """Run ``fn(payload)`` in a fresh (spawned) Python process and return its result.
+def run_isolated(fn, payload: dict, timeout_s: float, log: bool = False):
+    """Run ``fn(payload)`` in a fresh Python process (``python -m infermax.csp.backends.child``).
 
-    Used for solvers whose native libraries cannot share a process with others
-    (highspy 1.15 and ortools 9.15 each export HiGHS symbols; whichever loads
-    second fails). A child that overruns ``timeout_s`` is terminated and None is
-    returned.
+    Used for solvers that are safer in a process of their own: a child that overruns ``timeout_s``
+    is killed (and None returned), and a solver's native library never shares the caller's process.
+    The child is a module run with ``-m``, never the caller's ``__main__``, so a plain script, a
+    notebook or a REPL may call it without an ``if __name__ == "__main__":`` guard (multiprocessing's
+    ``spawn`` re-imports the caller's main module and crashes there). ``fn`` must be a module-level
+    function; the payload goes over stdin and the result comes back over stdout, both pickled. What
+    the solver prints goes to stderr when ``log`` is true, else nowhere. Ctrl-C kills the child and
+    re-raises KeyboardInterrupt.
     """
-    import multiprocessing as mp
+    import pickle
+    import subprocess
+    import sys
 
-    ctx = mp.get_context("spawn")
-    parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child_main, args=(fn, payload, child), daemon=True)
-    proc.start()
-    child.close()
-    result = None
+    request = pickle.dumps((fn.__module__, fn.__qualname__, payload, bool(log)), protocol=pickle.HIGHEST_PROTOCOL)
+    proc = subprocess.Popen([sys.executable, "-m", "infermax.csp.backends.child"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=None if log else subprocess.DEVNULL)
     try:
-        if parent.poll(timeout_s):
-            result = parent.recv()
-    finally:
-        if proc.is_alive():
-            proc.terminate()
-        proc.join(5)
-        parent.close()
+        out, _ = proc.communicate(request, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    except BaseException:       # KeyboardInterrupt included: never leave the solver running
+        proc.kill()
+        proc.communicate()
+        raise
+    if proc.returncode != 0 or not out:
+        raise RuntimeError(f"the solver process for {fn.__qualname__} ended with status {proc.returncode} "
+                           f"and no result")
+    result = pickle.loads(out)
     if isinstance(result, BaseException):
         raise result
     return result
-
-
-def _child_main(fn, payload, conn) -> None:
-    try:
-        conn.send(fn(payload))
-    except BaseException as exc:  # noqa: BLE001 - shipped back to the parent and re-raised there
-        conn.send(RuntimeError(f"{type(exc).__name__}: {exc}"))
-    finally:
-        conn.close()

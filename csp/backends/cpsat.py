@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -41,6 +42,8 @@ def _power_of_two_below(x: float) -> float:
 
 def _common_denominator(coefs: np.ndarray, limit: int = 10 ** 6) -> int | None:
     """The least d <= limit making every coefficient integral (to 1e-9), or None."""
+    if np.array_equal(coefs, np.round(coefs)):
+        return 1                      # most rows: integer coefficients (no Fraction needed)
     d = 1
     for c in coefs:
         frac = Fraction(float(c)).limit_denominator(limit)
@@ -94,7 +97,11 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
             raise ValueError(f"cpsat: variable {model.names[k]} has an unusable domain [{model.lb[k]}, {model.ub[k]}]")
         xs.append(cp.NewIntVar(lo_i, hi_i, model.names[k]))
     ranges = np.maximum(np.abs(np.array(model.lb)), np.abs(np.array(model.ub))) / scale_of
-    for row in model.rows:
+    deadline = t0 + float(time_limit_s)
+    for r, row in enumerate(model.rows):
+        if r % 2048 == 2047 and time.perf_counter() > deadline:     # translation counts in the time limit
+            return SolveResult("unknown", None, None, None, time.perf_counter() - t0, NAME,
+                               {"stopped": f"time limit reached while translating row {r} of {len(model.rows)}"})
         coefs = row.coefs * scale_of[row.vars]
         ic, lo, hi = _scaled_row(row, coefs, ranges[row.vars], bool((scale_of[row.vars] != 1.0).any()), step)
         expr = cp_model.LinearExpr.WeightedSum([xs[k] for k in row.vars], ic.tolist())
@@ -128,7 +135,7 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         cp.AddHint(xs[k], v)
     solver = cp_model.CpSolver()
     prm = solver.parameters
-    prm.max_time_in_seconds = float(time_limit_s)
+    prm.max_time_in_seconds = max(0.05, deadline - time.perf_counter())
     if threads is None and not (params or {}).get("subsolvers"):
         prm.num_workers = len(DEFAULT_PORTFOLIO)
         prm.subsolvers.extend(DEFAULT_PORTFOLIO)
@@ -137,12 +144,13 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     prm.relative_gap_limit = float(rel_gap)
     prm.log_search_progress = bool(log)
     prm.random_seed = 0
+    prm.catch_sigint_signal = False     # Ctrl-C reaches Python, which stops the search (_solve_interruptibly)
     for name, value in (params or {}).items():
         if isinstance(value, (list, tuple)):
             getattr(prm, name).extend(value)
         else:
             setattr(prm, name, value)
-    status = solver.Solve(cp)
+    status, interrupted = _solve_interruptibly(solver, cp)
     wall = time.perf_counter() - t0
     name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(
         status, "unknown")
@@ -150,7 +158,7 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         raise ValueError(f"cpsat rejected the model: {cp.Validate()}")
     info = {"objective_scale": obj_scale, "objective_rounding_rel": rounding, "objective_rounding_abs": rounding_abs,
             "cpsat_status": solver.StatusName(status), "conflicts": solver.NumConflicts(),
-            "branches": solver.NumBranches()}
+            "branches": solver.NumBranches(), "interrupted": interrupted}
     const = model.objective.constant
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         values = np.array([solver.Value(x) for x in xs], dtype=np.float64) * scale_of
@@ -158,3 +166,38 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
                            solver.BestObjectiveBound() / obj_scale + const, wall, NAME, info)
     bound = solver.BestObjectiveBound() / obj_scale + const if status == cp_model.UNKNOWN else None
     return SolveResult(name, None, None, bound, wall, NAME, info)
+
+
+def _solve_interruptibly(solver, cp) -> tuple[int, bool]:
+    """Solve on a worker thread so that Ctrl-C in the main thread stops the search and keeps its answer.
+
+    CP-SAT releases the GIL while it searches; the main thread waits on an event (an interrupted
+    ``Thread.join`` is unreliable), and on KeyboardInterrupt asks the solver to stop, waits for its
+    best solution, and reports ``interrupted``. Returns (status, interrupted).
+    """
+    import threading
+
+    out: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            out["status"] = solver.Solve(cp)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            out["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="cpsat-solve", daemon=True).start()
+    interrupted = False
+    while True:
+        try:
+            while not done.wait(0.1):
+                pass
+            break
+        except KeyboardInterrupt:
+            interrupted = True
+            solver.StopSearch()
+    if "error" in out:
+        raise out["error"]
+    return out["status"], interrupted

@@ -12,7 +12,8 @@ import math
 import time
 
 from ..model import Model
-from .base import BackendUnavailable, ModelTooLarge, SolveResult, original_values, prepare_mip
+from .base import (BackendUnavailable, ModelTooLarge, SolveResult, certified_bound, original_values, prepare_mip,
+                   solver_gaps)
 
 NAME = "gurobi"
 PIP = "pip install gurobipy"
@@ -81,8 +82,10 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
                        GRB.MINIMIZE)
         g.update()
         size = (g.NumVars, g.NumConstrs + g.NumGenConstrs + g.NumQConstrs)
-        g.Params.TimeLimit = float(time_limit_s)
-        g.Params.MIPGap = float(rel_gap)
+        solver_rel, solver_abs = solver_gaps(rel_gap)
+        g.Params.TimeLimit = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
+        g.Params.MIPGap = solver_rel
+        g.Params.MIPGapAbs = solver_abs
         g.Params.Seed = 0
         if threads:
             g.Params.Threads = int(threads)
@@ -98,8 +101,12 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     has = g.SolCount > 0
     status = "optimal" if st == GRB.OPTIMAL else "infeasible" if st == GRB.INFEASIBLE else \
         "feasible" if has else "unknown"
-    bound = g.ObjBound / scale if has or st == GRB.TIME_LIMIT else None
-    info = {"gurobi_status": int(st), "nodes": float(g.NodeCount)}
+    raw = g.ObjBound if has or st == GRB.TIME_LIMIT else None
+    raw = raw if raw is not None and math.isfinite(raw) else None
+    bound = certified_bound(raw, g.ObjVal if has else None, status, solver_rel, solver_abs)
+    bound = bound / scale if bound is not None else None
+    info = {"gurobi_status": int(st), "nodes": float(g.NodeCount), "objective_scale": scale,
+            "interrupted": st == GRB.INTERRUPTED}
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, info)
     values = original_values(mip, [x.X for x in xs[:mip.num_original]])

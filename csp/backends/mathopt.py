@@ -11,7 +11,7 @@ import math
 import time
 
 from ..model import Model
-from .base import BackendUnavailable, SolveResult, original_values, prepare_mip
+from .base import BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, solver_gaps
 
 NAME = "scip"
 PIP = "pip install ortools"
@@ -59,8 +59,10 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
             if math.isfinite(next(iter(side.values()))):
                 mo.add_indicator_constraint(indicator=ind, activate_on_zero=on_zero, implied_expr=expr, **side)
     mo.minimize(sum(scale * c * xs[k] for k, c in milp.objective.terms.items()) + scale * milp.objective.constant)
-    params = mathopt.SolveParameters(time_limit=datetime.timedelta(seconds=float(time_limit_s)),
-                                     relative_gap_tolerance=float(rel_gap), enable_output=bool(log), random_seed=0)
+    solver_rel, solver_abs = solver_gaps(rel_gap)
+    left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
+    params = mathopt.SolveParameters(time_limit=datetime.timedelta(seconds=left), relative_gap_tolerance=solver_rel,
+                                     absolute_gap_tolerance=solver_abs, enable_output=bool(log), random_seed=0)
     model_params = None
     if milp.hint:
         model_params = mathopt.ModelSolveParameters(solution_hints=[mathopt.SolutionHint(
@@ -72,9 +74,12 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     has = result.has_primal_feasible_solution()
     status = "optimal" if reason == T.OPTIMAL else "infeasible" if reason == T.INFEASIBLE else \
         "feasible" if has else "unknown"
-    bound = result.termination.objective_bounds.dual_bound / scale
-    bound = bound if math.isfinite(bound) else None
+    raw = result.termination.objective_bounds.dual_bound
+    raw = raw if math.isfinite(raw) else None
+    bound = certified_bound(raw, result.objective_value() if has else None, status, solver_rel, solver_abs)
+    bound = bound / scale if bound is not None else None
     facts["termination"] = str(reason)
+    facts["interrupted"] = result.termination.limit == mathopt.Limit.INTERRUPTED
     if not has:
         return SolveResult(status, None, None, bound, wall, NAME, facts)
     sol = result.variable_values()

@@ -2,7 +2,8 @@
 
 PuLP reports status "Optimal" even when CBC stopped at its time limit with a
 feasible solution; the solution status (``prob.sol_status``) tells them apart.
-CBC gives no dual bound through PuLP, so the bound is known only when optimal.
+CBC gives no dual bound through PuLP, so the bound is known only when optimal,
+and then only up to the gap CBC was given (:func:`.base.certified_bound`).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 import time
 
 from ..model import Model
-from .base import BackendUnavailable, SolveResult, original_values, prepare_mip
+from .base import BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, solver_gaps
 
 NAME = "cbc"
 PIP = "pip install pulp"
@@ -51,7 +52,9 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
             prob += (expr <= row.ub), f"r{r}u"
     for k, val in milp.hint.items():
         xs[k].setInitialValue(val)
-    solver = pulp.PULP_CBC_CMD(msg=bool(log), timeLimit=float(time_limit_s), gapRel=float(rel_gap),
+    solver_rel, solver_abs = solver_gaps(rel_gap)
+    left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
+    solver = pulp.PULP_CBC_CMD(msg=bool(log), timeLimit=left, gapRel=solver_rel, gapAbs=solver_abs,
                                threads=threads, warmStart=bool(milp.hint))
     prob.solve(solver)
     wall = time.perf_counter() - t0
@@ -62,7 +65,9 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return SolveResult("unknown", None, None, None, wall, NAME, facts)
     values = original_values(mip, [x.value() if x.value() is not None else 0.0 for x in xs[:model.num_vars]])
-    obj = pulp.value(prob.objective) / scale
+    scaled = pulp.value(prob.objective)
+    obj = scaled / scale
     if sol == pulp.LpSolutionOptimal:
-        return SolveResult("optimal", values, obj, obj, wall, NAME, facts)
+        bound = certified_bound(None, scaled, "optimal", solver_rel, solver_abs) / scale
+        return SolveResult("optimal", values, obj, bound, wall, NAME, facts)
     return SolveResult("feasible", values, obj, None, wall, NAME, facts)

@@ -1,7 +1,8 @@
-"""Certified lower bounds on the best achievable latency, and the scheduler checker.
+"""Certified lower bounds on the best achievable value of an objective, and the scheduler checker.
 
-``lower_bound(workload, limits, cost)`` combines several methods and returns the
-best (largest) value, which no valid schedule can beat:
+``lower_bound(workload, limits, cost, objective)`` combines several methods and
+returns the best value, which no valid schedule can beat. For the makespan
+(``latency``, and ``throughput`` as tokens over it: an upper bound there):
 
 - ``work``: closed-form work bound (`work`), with the arrival bound online;
 - ``lp``: LP relaxation of the aggregated class-count formulation (`lp`, HiGHS);
@@ -10,12 +11,20 @@ best (largest) value, which no valid schedule can beat:
 - ``milp``: the dual bound of the exact MILP (`infermax.solve_optimal`) when the
   instance is small enough.
 
+For the means of TTFT, end-to-end latency (``completion``) and TPOT:
+``requests``, what each request takes alone (`requests`), and ``milp`` as above.
+
+Every value is lowered by a relative :data:`SAFETY` margin, so that rounding in
+its own arithmetic (or an LP solver's tolerances) can never lift it above the
+replayed value of a schedule: a bound is valid under floating point, always.
+
 ``check_scheduler`` (in `check`) simulates a scheduler, replays its schedule and
 states its certified optimality gap.
 """
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -25,54 +34,67 @@ from infermax.engine import resolve_inputs
 from .costs import coefficients_of
 from .lagrangian import lagrangian_bound
 from .lp import lp_bound
+from .requests import mean_bound
 from .work import arrival_bound
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("latency",)
-METHODS = ("work", "lp", "lagrangian", "milp")
-#: relative safety margin taken off floating-point solver results (LP tolerances are ~1e-9)
+OBJECTIVES = ("latency", "throughput", "ttft", "completion", "tpot")
+METHODS = ("work", "lp", "lagrangian", "requests", "milp")
+#: methods for each objective (``milp`` only on small instances)
+METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp"), "throughput": ("work", "lp", "lagrangian", "milp"),
+              "ttft": ("requests", "milp"), "completion": ("requests", "milp"), "tpot": ("requests", "milp")}
+#: relative safety margin taken off every method's value (LP tolerances are ~1e-9; closed forms err ~1e-15)
 SAFETY = 1e-7
 
 
 @dataclass(frozen=True, kw_only=True)
 class Bound:
-    """``value`` (s) no valid schedule's latency can beat; ``method`` that gave it; the
-    certificate of that method; ``values`` of every method tried; ``wall_s`` each took."""
+    """``value`` no valid schedule can beat (seconds; tokens/s for throughput, where it is an upper
+    bound); ``method`` that gave it; the certificate of that method; ``values`` of every method tried;
+    ``wall_s`` each took."""
 
     value: float
     method: str
+    objective: str = "latency"
     certificate: dict[str, Any] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
     wall_s: dict[str, float] = field(default_factory=dict)
 
 
 def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: str = "latency",
-                methods: tuple[str, ...] = ("work", "lp", "lagrangian", "milp"), upper: float | None = None,
+                methods: tuple[str, ...] | None = None, upper: float | None = None,
                 milp_max_requests: int = 6, milp_time_limit_s: float = 30.0,
                 progress: Callable[[str], None] | None = None) -> Bound:
-    """The best certified lower bound on ``objective`` over the chosen ``methods``.
+    """The best certified bound on ``objective`` over the chosen ``methods`` (default: all that apply).
 
-    ``upper`` (a known achievable value, e.g. a heuristic's latency) steers the
-    Lagrangian step sizes; it never changes validity. The MILP runs only for
-    workloads of at most ``milp_max_requests`` requests.
+    ``upper`` (a known achievable latency, e.g. a heuristic's) steers the Lagrangian step
+    sizes; it never changes validity. The MILP runs only for workloads of at most
+    ``milp_max_requests`` requests. Methods that do not apply to ``objective`` are skipped.
     """
     if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} has no bound yet; supported: {', '.join(OBJECTIVES)}")
+        raise ValueError(f"objective {objective!r} has no bound; supported: {', '.join(OBJECTIVES)}")
+    methods = METHODS_OF[objective] if methods is None else tuple(methods)
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown bound method(s) {sorted(unknown)}; use {', '.join(METHODS)}")
+    methods = tuple(m for m in methods if m in METHODS_OF[objective])
+    if not methods:
+        raise ValueError(f"none of the bound methods given applies to objective {objective!r}; "
+                         f"use {', '.join(METHODS_OF[objective])}")
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     workload.check_fits(limits)
     co = coefficients_of(cost)
     values: dict[str, float] = {}
     certs: dict[str, dict] = {}
     walls: dict[str, float] = {}
+    minimised = "latency" if objective == "throughput" else objective
     runners = {
-        "work": lambda: arrival_bound(co, workload, limits),
+        "work": lambda: _safe(arrival_bound(co, workload, limits)),
         "lp": lambda: _safe(lp_bound(co, workload, limits)),
         "lagrangian": lambda: _safe(lagrangian_bound(co, workload, limits, upper=upper)),
-        "milp": lambda: _milp_bound(workload, limits, cost, milp_time_limit_s),
+        "requests": lambda: _safe(mean_bound(co, workload, limits, minimised)),
+        "milp": lambda: _milp_bound(workload, limits, cost, minimised, milp_time_limit_s),
     }
     for name in methods:
         if name == "milp" and len(workload) > milp_max_requests:
@@ -86,9 +108,17 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
             log.warning("bound method %s skipped: %s", name, exc)
             continue
         walls[name] = time.perf_counter() - t0
+        if value is None:
+            continue
         values[name], certs[name] = value, cert
+    if not values:
+        raise ValueError(f"no bound method gave a bound for objective {objective!r} (tried {', '.join(methods)})")
     best = max(values, key=values.get)
-    return Bound(value=values[best], method=best, certificate=certs[best], values=values, wall_s=walls)
+    if objective == "throughput":   # tokens/s over the latency bound: an upper bound on throughput
+        tokens = float(workload.output_lens.sum())
+        values = {k: tokens / v if v > 0 else math.inf for k, v in values.items()}
+    return Bound(value=values[best], method=best, objective=objective, certificate=certs[best], values=values,
+                 wall_s=walls)
 
 
 def _safe(result: tuple[float, dict]) -> tuple[float, dict]:
@@ -96,12 +126,12 @@ def _safe(result: tuple[float, dict]) -> tuple[float, dict]:
     return value - SAFETY * abs(value), cert
 
 
-def _milp_bound(workload, limits, cost, time_limit_s: float) -> tuple[float, dict]:
+def _milp_bound(workload, limits, cost, objective: str, time_limit_s: float) -> tuple[float | None, dict]:
     from infermax.csp import solve_optimal
 
-    res = solve_optimal(workload, limits=limits, cost=cost, objective="latency", time_limit_s=time_limit_s)
-    return float(res.bound), {"status": res.status, "objective": float(res.objective), "backend": res.backend,
-                              "gap": float(res.gap)}
+    res = solve_optimal(workload, limits=limits, cost=cost, objective=objective, time_limit_s=time_limit_s)
+    cert = {"status": res.status, "objective": res.objective, "backend": res.backend, "gap": res.gap}
+    return (None if res.bound is None else float(res.bound)), cert
 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 from factories import small_instances
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload
@@ -36,10 +36,17 @@ def _space(workload, limits, cost, policy):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=4, online=False),
        st.sampled_from([Policy(), NO_CHUNK, Policy(allow_eviction=False), Policy(hybrid=False)]), st.booleans())
+@example(inst=(Workload.from_lengths([1, 1, 1], [2, 2, 2]), Limits(M=4, C=3, P=3, R_max=2)), policy=Policy(),
+         refine=True)
 def test_the_bound_never_exceeds_the_exact_time_left_from_any_reachable_state(cost, inst, policy, refine):
     """Every state reachable after k batches: bound(s, k) with the Lagrangian tables <= the least time
     left from s (computed exhaustively — the class-state graph is acyclic). With ``refine``, C and P are
-    raised to M so that the configuration LPs (csp/configlp.py) apply and add their tables."""
+    raised to M so that the configuration LPs (csp/configlp.py) apply and add their tables.
+
+    The explicit example once made GLOP report the trajectory LP infeasible for Y = 3, 4, 5: its first
+    columns (paths that never pause) cannot keep R_max = 2 in three batches — the optimum evicts one
+    request and refills it — and the LP had no slack on the C, P and R_max rows. The LP was wrong, not
+    the expectation: those rows now have a priced slack, like the KV row."""
     workload, limits = inst
     if refine:
         limits = Limits(M=limits.M, C=max(limits.C, limits.M), P=None if limits.P is None else max(limits.P, limits.M),

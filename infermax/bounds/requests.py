@@ -1,0 +1,88 @@
+"""Per-request bounds on TTFT, end-to-end latency and TPOT: what each request takes alone.
+
+Restrict any valid schedule to one request i: keep the batches that give it
+tokens, with only its tokens (and its evictions). That is a valid schedule of i
+alone (it holds less KV, fewer tokens and fewer running requests than the
+original batches), and each of its batches is no slower than the original
+batch, because the batch time only grows with more tokens, more KV read and
+more requests (non-attention lines with slope b_k >= 0, non-negative
+attention and bias terms). Every time i waits — before its first batch,
+between its batches — only adds. So, for any line k of the non-attention model:
+
+- TTFT_i >= fill_k(I_i): its first token needs a fill of I_i tokens in at
+  least ⌈I_i / min(C, P)⌉ batches, each a prefill batch (a_k + prefill bias +
+  one request slot), with prefill-attention work at least I(I+1)/2;
+- E2E_i >= fill_k(I_i) + Σ_{g=2..O} token_k(ℓ_g): every later token g (context
+  ℓ_g = I + g - 1) is its own batch: a decode reading ℓ_g KV, or a refill of ℓ_g
+  tokens after an eviction, whichever is cheaper;
+- TPOT_i >= Σ_{g=2..O} token_k(ℓ_g) / (O_i - 1): between its first token and its
+  completion lie at least those O_i - 1 batches.
+
+The bound of a mean is the mean of these, each request taking its best line.
+They need no horizon and hold online (every batch of i starts after its
+arrival). They ignore contention (requests sharing batches, memory and
+slots), so they are loose where contention dominates; they are the floor every
+schedule stands on.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from infermax.types import Limits, Workload
+
+from .costs import Coefficients, context_lengths
+
+
+def _lines(co: Coefficients, max_tokens: int) -> list[tuple[float, float]]:
+    """Lines (a, b) with b >= 0, or the least value of the non-attention time over 1..max_tokens."""
+    lines = [(a, b) for a, b in co.lines if b >= 0]
+    if len(lines) < len(co.lines):    # a falling line: charge the model's least value instead
+        n = np.arange(1, max_tokens + 1, dtype=np.float64)
+        least = float(np.max([a + b * n for a, b in co.lines], axis=0).min())
+        lines.append((least, 0.0))
+    return lines
+
+
+def fill_s(co: Coefficients, lengths: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
+    """Least time of a fill of ``lengths`` tokens from an empty cache, charged on the line (a, b)."""
+    ell = lengths.astype(np.float64)
+    batches = np.ceil(ell / min(limits.C, limits.P))
+    return (batches * (a + co.prefill_bias_s + co.request_s) + (b + co.prefill_token_s) * ell
+            + co.prefill_attn_s * ell * (ell + 1) / 2)
+
+
+def token_s(co: Coefficients, ell: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
+    """Least time of a batch that generates a request's token at context length ``ell`` (decode or refill)."""
+    decode = a + b + co.request_s + co.decode_bias_s + co.decode_kv_s * ell.astype(np.float64)
+    return np.minimum(decode, fill_s(co, ell, limits, a, b))
+
+
+def request_bounds(co: Coefficients, workload: Workload, limits: Limits) -> dict[str, np.ndarray]:
+    """Per request: ``ttft_s``, ``e2e_s`` and ``tpot_s`` (NaN where O = 1) lower bounds."""
+    I, O = workload.input_lens, workload.output_lens
+    ell, owner = context_lengths(I, O)
+    ttft = np.full(I.size, -math.inf)
+    e2e = np.full(I.size, -math.inf)
+    later = np.full(I.size, -math.inf)
+    for a, b in _lines(co, limits.C):
+        first = fill_s(co, I, limits, a, b)
+        rest = np.bincount(owner, weights=token_s(co, ell, limits, a, b), minlength=I.size)
+        ttft = np.maximum(ttft, first)
+        e2e = np.maximum(e2e, first + rest)
+        later = np.maximum(later, rest)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(O > 1, later / np.maximum(O - 1, 1), np.nan)
+    return {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot}
+
+
+def mean_bound(co: Coefficients, workload: Workload, limits: Limits, objective: str) -> tuple[float, dict]:
+    """The bound on the mean ``objective`` ("ttft", "completion" or "tpot") and its certificate."""
+    key = {"ttft": "ttft_s", "completion": "e2e_s", "tpot": "tpot_s"}[objective]
+    per = request_bounds(co, workload, limits)[key]
+    if np.all(np.isnan(per)):
+        raise ValueError("objective 'tpot' needs a request with output_len > 1 (TPOT is undefined otherwise)")
+    value = float(np.nanmean(per))
+    return value, {"per_request_min_s": float(np.nanmin(per)), "per_request_max_s": float(np.nanmax(per)),
+                   "num_requests": int(np.count_nonzero(~np.isnan(per)))}
