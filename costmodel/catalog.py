@@ -190,8 +190,17 @@ def default_cost_model() -> ProfiledCostModel:
 # --- registration -------------------------------------------------------------------
 
 def _split_parallel(spec: str) -> tuple[str, ParallelConfig | None]:
+    """``name@tp=2,pp=2`` → (name, config); an empty or repeated setting is refused."""
     head, sep, tail = spec.partition("@")
-    return head, (ParallelConfig.parse(tail) if sep else None)
+    if not sep:
+        return head, None
+    keys = [part.partition("=")[0].strip().rstrip("0123456789") for part in tail.split(",") if part.strip()]
+    if not keys:
+        raise ValueError(f"cost model {spec!r}: nothing after '@'; write e.g. {head}@tp=2")
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise ValueError(f"cost model {spec!r}: parallel setting {dup} is given twice")
+    return head, ParallelConfig.parse(tail)
 
 
 def _fitted_factory(spec: str) -> LinearCostModel:

@@ -2,6 +2,10 @@
 
 ``add_subcommands(subparsers)`` adds both commands to an argparse subparsers
 object; each parser carries ``func(args) -> int``. Every command takes ``--json``.
+Handlers raise ValueError for bad input; the ``infermax`` entry point
+(``infermax.cli.main``) reports it as every command does (one line, exit status 2).
+``--profile`` takes a profile directory or the folder ``infermax profile --out``
+wrote (its ``<device>/<model>/`` subfolder is found).
 """
 from __future__ import annotations
 
@@ -24,21 +28,57 @@ def _ints(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
-def _guarded(func):
-    """Report a ValueError (bad input, missing device or profile) as ``error: ...`` and exit status 2."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return func(args)
-        except ValueError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    run.__name__ = func.__name__
-    return run
+def _jsonable(value: Any, path: str, nulls: dict[str, str]) -> Any:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        nulls[path] = "NaN: undefined (e.g. no points)" if np.isnan(value) else f"{value}: no finite value"
+        return None
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v, f"{path}.{k}" if path else str(k), nulls) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, f"{path}[{i}]", nulls) for i, v in enumerate(value)]
+    return value
 
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], text: str) -> int:
-    print(json.dumps(payload, indent=2) if args.json else text)
+    """Text, or with ``--json`` one valid JSON object (NaN/Infinity as null, listed in ``null_values``,
+    as infermax.cli.dumps_json does; costmodel imports nothing of the core). Errors are raised: the
+    ``infermax`` entry point reports them (one line, exit status 2)."""
+    if args.json:
+        nulls: dict[str, str] = {}
+        clean = _jsonable(payload, "", nulls)
+        if nulls:
+            clean["null_values"] = nulls
+        print(json.dumps(clean, indent=2, allow_nan=False, default=str))
+    else:
+        print(text)
     return 0
+
+
+def _profile_arg(profile: str) -> str:
+    """A profile directory as given, or the ``<device>/<model>/`` folder ``infermax profile --out`` wrote in it."""
+    from .profiles import profile_dir
+    return str(profile_dir(profile)) if Path(profile).is_dir() else profile
+
+
+class _Bar:
+    """A tqdm bar on stderr (silent with --json, -q, or when stderr is not a terminal)."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+            self.bar = tqdm(desc=label, unit="pass", leave=False, file=sys.stderr, disable=None)
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is not None:
+            self.bar.total = total
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _fmt(x: float | None) -> str:
@@ -56,8 +96,12 @@ def _cmd_profile(args: argparse.Namespace) -> int:
                                    ("warmup", args.warmup)) if v is not None}
     grid = ProfileGrid(**{**{f: getattr(base, f) for f in base.__slots__}, **overrides})
     start = time.perf_counter()
-    folder = profile_model(args.model, device=args.device, out_dir=args.out, grid=grid, seed=args.seed,
-                           threads=args.threads)
+    bar = _Bar(f"profile {args.model} on {args.device}", enabled=not (args.json or args.quiet))
+    try:
+        folder = profile_model(args.model, device=args.device, out_dir=args.out, grid=grid, seed=args.seed,
+                               threads=args.threads, progress=bar)
+    finally:
+        bar.close()
     payload: dict[str, Any] = {"profile": str(folder), "device": args.device, "model": args.model,
                                "seconds": round(time.perf_counter() - start, 3)}
     text = f"wrote {folder}/mlp.csv and attention.csv in {payload['seconds']} s"
@@ -107,7 +151,8 @@ def _add_profile(subparsers: Any) -> None:
     p.add_argument("--validate", type=int, default=0, metavar="N",
                    help="then fit the profile and compare predictions with N measured random batches")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_guarded(_cmd_profile))
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_profile)
 
 
 # --- costmodel ------------------------------------------------------------------------
@@ -133,7 +178,7 @@ def _report_text(r: dict[str, Any]) -> str:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from .accuracy import accuracy_report, plot_accuracy
-    report, held = accuracy_report(args.profile, model=args.model, gpu=args.gpu, tp=args.tp, k=args.folds,
+    report, held = accuracy_report(_profile_arg(args.profile), model=args.model, gpu=args.gpu, tp=args.tp, k=args.folds,
                                    seed=args.seed, split=args.split, num_lines=args.lines, extended=args.extended,
                                    stat=args.stat, request_term=args.request_term)
     if args.plot:
@@ -163,8 +208,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
 def _cmd_fit(args: argparse.Namespace) -> int:
     from .accuracy import accuracy_report
     from .linear import LinearCoefficients, LinearCostModel
-    report, _ = accuracy_report(args.profile, model=args.model, gpu=args.gpu, tp=args.tp, num_lines=args.lines,
-                                extended=args.extended, stat=args.stat, request_term=args.request_term)
+    out = Path(args.out)
+    if out.is_dir():
+        raise ValueError(f"--out {args.out!r} is a directory; give the cost-model file, e.g. {str(out / 'fit.json')!r}")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {args.out!r}: directory {str(out.parent)!r} does not exist")
+    report, _ = accuracy_report(_profile_arg(args.profile), model=args.model, gpu=args.gpu, tp=args.tp,
+                                num_lines=args.lines, extended=args.extended, stat=args.stat,
+                                request_term=args.request_term)
     model = LinearCostModel(LinearCoefficients.from_dict(report["coefficients"]), name=Path(args.out).stem,
                             description=f"fitted to {args.profile} (TP {args.tp})")
     model.to_json(args.out)
@@ -203,22 +254,22 @@ def _add_costmodel(subparsers: Any) -> None:
     r.add_argument("--split", default="clump", choices=("clump", "config"), help="attention groups held out together")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--plot", help="write predicted vs measured to this image file")
-    r.set_defaults(func=_guarded(_cmd_report))
+    r.set_defaults(func=_cmd_report)
     ls = sub.add_parser("list", help="registered cost models, packaged profiles, GPU and model specs")
     ls.add_argument("--json", action="store_true")
-    ls.set_defaults(func=_guarded(_cmd_list))
+    ls.set_defaults(func=_cmd_list)
     sh = sub.add_parser("show", help="a cost model's formula and coefficients")
     sh.add_argument("name", help="e.g. default, a100/llama2-7b@tp=2, roofline:h100/llama3-8b, model.json")
     sh.add_argument("--json", action="store_true")
-    sh.set_defaults(func=_guarded(_cmd_show))
+    sh.set_defaults(func=_cmd_show)
     f = sub.add_parser("fit", help="fit a profile and write a cost-model JSON (use it as --cost PATH.json)")
     _fit_options(f)
     f.add_argument("--out", required=True, help="output .json path")
-    f.set_defaults(func=_guarded(_cmd_fit))
+    f.set_defaults(func=_cmd_fit)
     rc = sub.add_parser("refit-catalog", help="re-fit the packaged profiles into data/fitted/*.json")
     rc.add_argument("--out", help="directory (default: the package's data/fitted)")
     rc.add_argument("--json", action="store_true")
-    rc.set_defaults(func=_guarded(_cmd_refit))
+    rc.set_defaults(func=_cmd_refit)
 
 
 def add_subcommands(subparsers: Any) -> None:

@@ -54,6 +54,55 @@ _DEFAULT = dict(
 )
 
 
+_OPTIONAL = ("prefill_token_s", "request_s")
+
+
+def _is_real(value: Any) -> bool:
+    """A number: int or float (NumPy's too), not bool, not str."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+
+
+def load_json(source: "str | Path", what: str = "cost model") -> tuple[Any, str | None]:
+    """Parse JSON text (a str starting with ``{``) or a JSON file; returns ``(data, path or None)``.
+
+    The cost model's copy of ``infermax.schedule.load_json`` (costmodel imports nothing of the
+    core): every failure is a ValueError naming the file and what is wrong — no such file, a
+    directory, not UTF-8, the line of a syntax error, a duplicate key.
+    """
+    def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise ValueError(f"duplicate key {key!r} in a JSON object")
+            out[key] = value
+        return out
+
+    path = None
+    if isinstance(source, Path) or not str(source).lstrip("\ufeff \t\r\n").startswith(("{", "[")):
+        path = str(source)
+        label = f"{what} file {path!r}"
+        try:
+            text = Path(path).read_bytes().decode("utf-8-sig")
+        except FileNotFoundError:
+            raise ValueError(f"{label} does not exist (no such file)") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{label} is not a text file (not UTF-8; a binary file?)") from None
+        except OSError as exc:
+            what_is = "is a directory" if Path(path).is_dir() else f"cannot be read ({exc.strerror or exc})"
+            raise ValueError(f"{label} {what_is}") from None
+    else:
+        label, text = f"{what} JSON", str(source).lstrip("\ufeff")
+    try:
+        return json.loads(text, object_pairs_hook=refuse_duplicates), path
+    except json.JSONDecodeError as exc:
+        first = text.lstrip().split("\n", 1)[0]
+        if "," in first and not first.startswith(("{", "[")):
+            raise ValueError(f"{label} is not a {what} JSON (it looks like a CSV)") from None
+        raise ValueError(f"{label}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"{label}: {exc}") from None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LinearCoefficients:
     """Coefficients of the linear model: biases in s, slopes in s per token (or per token²)."""
@@ -71,16 +120,15 @@ class LinearCoefficients:
         if not isinstance(lines, (tuple, list)) or not lines:
             raise ValueError(f"LinearCoefficients.nonattn_lines must be a non-empty sequence of (bias_s, per_token_s), "
                              f"got {lines!r}")
-        try:
-            normalised = tuple((float(a), float(b)) for a, b in lines)
-        except (TypeError, ValueError):
-            raise ValueError(f"LinearCoefficients.nonattn_lines must hold (bias_s, per_token_s) pairs, got {lines!r}") \
-                from None
+        if not all(isinstance(line, (tuple, list)) and len(line) == 2 and all(map(_is_real, line)) for line in lines):
+            raise ValueError(f"LinearCoefficients.nonattn_lines must hold (bias_s, per_token_s) pairs of numbers, "
+                             f"got {lines!r}")
+        normalised = tuple((float(a), float(b)) for a, b in lines)
         object.__setattr__(self, "nonattn_lines", normalised)
         values = [("nonattn_lines", v) for line in normalised for v in line]
         values += [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "nonattn_lines"]
         for name, value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            if not _is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"LinearCoefficients.{name} must be a finite number >= 0, got {value!r}")
 
     @classmethod
@@ -90,15 +138,40 @@ class LinearCoefficients:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "LinearCoefficients":
-        """Build from a dict; the older (floor, bias, token) form maps to two lines."""
+        """Build from a dict (a cost JSON's ``coefficients``); the older (floor, bias, token) form maps
+        to two lines. Every coefficient but the optional ``prefill_token_s`` and ``request_s`` (0 when
+        absent: files written before those terms existed) must be given: a missing one is an error,
+        never a silent default."""
+        if not isinstance(data, dict):
+            raise ValueError(f"LinearCoefficients must be an object of coefficients, got {data!r}")
         data = dict(data)
-        if "nonattn_floor_s" in data:
-            floor, bias, tok = (data.pop(k) for k in ("nonattn_floor_s", "nonattn_bias_s", "nonattn_token_s"))
+        legacy = ("nonattn_floor_s", "nonattn_bias_s", "nonattn_token_s")
+        if any(k in data for k in legacy):
+            missing = [k for k in legacy if k not in data]
+            if missing:
+                raise ValueError(f"LinearCoefficients.{missing[0]} is missing (the legacy form needs "
+                                 f"{', '.join(legacy)})")
+            floor, bias, tok = (data.pop(k) for k in legacy)
             data["nonattn_lines"] = ((floor, 0.0), (bias, tok))
         unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise ValueError(f"LinearCoefficients: unknown field(s) {', '.join(sorted(unknown))}")
+        missing = [f.name for f in fields(cls) if f.name not in data and f.name not in _OPTIONAL]
+        if missing:
+            raise ValueError(f"LinearCoefficients: missing coefficient(s) {', '.join(missing)}")
         return cls(**data)
+
+    def zero_time_batch(self) -> str | None:
+        """The kind of one-token batch ("decode" or "prefill") that would take 0 s, or None.
+
+        Such a model makes time stand still (infinite throughput), so cost files must not give one.
+        """
+        floor = max(a + b for a, b in self.nonattn_lines) + self.request_s
+        if floor + self.decode_bias_s + 2 * self.decode_kv_s == 0:
+            return "decode"
+        if floor + self.prefill_bias_s + self.prefill_attn_s + self.prefill_token_s == 0:
+            return "prefill"
+        return None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -177,11 +250,31 @@ class LinearCostModel(CostModel):
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> "LinearCostModel":
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        data = json.loads(text)
+        """Read ``{"kind": "linear", "coefficients": {...}, "name"?, "description"?}`` from text or a file.
+
+        Refused, naming the file and the field: a missing or non-object ``coefficients``, a missing,
+        non-numeric or negative coefficient, and a model under which some batch takes 0 s.
+        """
+        data, path = load_json(text_or_path)
+        try:
+            return cls._from_data(data)
+        except ValueError as exc:
+            raise ValueError(f"cost model file {path!r}: {exc}" if path else str(exc)) from None
+
+    @classmethod
+    def _from_data(cls, data: Any) -> "LinearCostModel":
+        if not isinstance(data, dict):
+            raise ValueError(f"a cost model JSON must be an object with kind and coefficients, got {data!r:.60}")
         if data.get("kind") != "linear":
             raise ValueError(f"cost model JSON kind must be 'linear', got {data.get('kind')!r}")
-        return cls(LinearCoefficients.from_dict(data["coefficients"]), name=data.get("name", "linear"),
-                   description=data.get("description", ""))
+        if "coefficients" not in data:
+            raise ValueError("cost model JSON has no coefficients (an object of the linear model's coefficients)")
+        for key in ("name", "description"):
+            if key in data and not isinstance(data[key], str):
+                raise ValueError(f"cost model JSON {key} must be a string, got {data[key]!r}")
+        k = LinearCoefficients.from_dict(data["coefficients"])
+        zero = k.zero_time_batch()
+        if zero is not None:
+            raise ValueError(f"cost model coefficients give a one-token {zero} batch 0 s (every coefficient it "
+                             f"uses is 0); time would stand still")
+        return cls(k, name=data.get("name", "linear"), description=data.get("description", ""))

@@ -252,20 +252,24 @@ def _clock(device: str) -> Callable[[], float]:
     return time.perf_counter
 
 
-def _time_passes(net: _Net, batches: list[_Batch], repeats: int, warmup: int, clock: Callable[[], float]
-                 ) -> list[dict[str, list[float]]]:
+def _time_passes(net: _Net, batches: list[_Batch], repeats: int, warmup: int, clock: Callable[[], float],
+                 progress: Callable[[int, int], None] | None = None) -> list[dict[str, list[float]]]:
     """Seconds per operator of each batch in each of ``repeats`` rounds over all the batches.
 
     Per layer (mean over the layers of a pass), except ``emb``/``lm_head`` and
     ``total`` (per pass). Round-robin, not one batch at a time: each batch's
     samples are spread over the whole measurement, so a burst of load from
     other processes inflates one sample of many batches, not all samples of one.
+    ``progress(done, total)`` is called after every pass (outside the timed laps).
     """
     samples: list[dict[str, list[float]]] = [defaultdict(list) for _ in batches]
+    total = (warmup + repeats) * len(batches)
     for rep in range(warmup + repeats):
-        for batch, out in zip(batches, samples):
+        for k, (batch, out) in enumerate(zip(batches, samples)):
             laps = _Laps(clock)
             net.forward(batch, laps)
+            if progress is not None:
+                progress(rep * len(batches) + k + 1, total)
             if rep < warmup:
                 continue
             laps.totals.pop("idle", None)
@@ -317,11 +321,21 @@ def _blocks(tokens: int, cached: int) -> int:
 
 
 def profile_model(model: "str | ModelSpec" = "llama-tiny", device: str = "cpu", out_dir: str | Path = "profiles",
-                  grid: ProfileGrid | None = None, seed: int = 0, threads: int | None = 1) -> Path:
-    """Measure every operator on ``grid`` and write mlp.csv and attention.csv; returns the profile directory."""
+                  grid: ProfileGrid | None = None, seed: int = 0, threads: int | None = 1,
+                  progress: Callable[[int, int], None] | None = None) -> Path:
+    """Measure every operator on ``grid`` and write mlp.csv and attention.csv; returns the profile directory.
+
+    ``progress(done, total)`` is called after each timed forward pass (the CLI draws a bar).
+    """
     import torch
     _check_device(device)
     spec, grid = get_model_spec(model), grid or ProfileGrid()
+    folder = Path(out_dir) / device.split(":")[0] / spec.name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)     # before measuring: an unwritable out fails now
+    except OSError as exc:
+        raise ValueError(f"profile out {str(out_dir)!r}: cannot create {str(folder)!r}: {exc.strerror or exc}") \
+            from None
     if threads is not None and device == "cpu":
         torch.set_num_threads(threads)
     # (batch size, new tokens per request, cached tokens per request, is prefill) of every attention row
@@ -334,9 +348,7 @@ def profile_model(model: "str | ModelSpec" = "llama-tiny", device: str = "cpu", 
     batches = [net.batch(np.array([n]), np.array([0]), np.array([False]), logits_rows=n) for n in grid.num_tokens]
     batches += [net.batch(np.full(b, q), np.full(b, kv), np.full(b, not prefill)) for b, q, kv, prefill in configs]
     with torch.inference_mode():
-        samples = _time_passes(net, batches, grid.repeats, grid.warmup, _clock(device))
-    folder = Path(out_dir) / device.split(":")[0] / spec.name
-    folder.mkdir(parents=True, exist_ok=True)
+        samples = _time_passes(net, batches, grid.repeats, grid.warmup, _clock(device), progress)
     num_mlp = len(grid.num_tokens)
     _write_mlp(folder / "mlp.csv", spec, grid.num_tokens, samples[:num_mlp])
     _write_attention(folder / "attention.csv", spec, configs, samples[num_mlp:], max_len, device)

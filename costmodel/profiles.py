@@ -71,9 +71,25 @@ def available_profiles() -> list[str]:
     return sorted(f"{g.name}/{m.name}" for g in root.iterdir() if g.is_dir() for m in g.iterdir() if m.is_dir())
 
 
+def profile_dir(profile: "str | Path") -> Path:
+    """The directory of a profile's CSVs: ``profile`` itself when it holds ``mlp.csv``, else the one
+    ``<device>/<model>/`` folder under it that does (``infermax profile --out DIR`` writes that layout)."""
+    path = Path(profile)
+    if not path.is_dir() or (path / "mlp.csv").is_file():
+        return path
+    found = sorted(p.parent for p in path.glob("*/*/mlp.csv"))
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise MissingProfileError(f"profile {str(profile)!r} has no mlp.csv, neither in it nor in "
+                                  f"<device>/<model>/ below it")
+    raise ProfileFormatError(f"profile {str(profile)!r} holds several profiles; pick one: "
+                             f"{', '.join(str(p) for p in found)}")
+
+
 def profile_file(profile: "str | Path", names: tuple[str, ...]) -> Any:
     """The first of ``names`` in a profile directory (a path, or a packaged ``<gpu>/<model>``)."""
-    path = Path(profile)
+    path = profile_dir(profile)
     if path.is_file():
         return path
     folder: Any = path if path.is_dir() else _packaged_compute_dir(str(profile))

@@ -10,6 +10,7 @@ every fitted profile (``a100/llama2-7b``, ``h100/llama2-70b``, ...) and the
 """
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,10 +33,10 @@ def available_cost_models() -> list[str]:
 
 
 def _lookup(spec: str) -> CostModel:
-    if spec.endswith(".json"):
-        if not Path(spec).exists():
-            raise ValueError(f"cost model file {spec!r} does not exist")
-        return LinearCostModel.from_json(spec)
+    if not spec:
+        raise ValueError(f"cost model name is empty; available: {', '.join(available_cost_models())}")
+    if spec.lower().endswith(".json"):
+        return LinearCostModel.from_json(Path(spec))     # a missing file or a directory is named
     base = spec.split("@", 1)[0]
     for key in (base, base.split(":", 1)[0]):
         if key in _FACTORIES:
@@ -49,7 +50,13 @@ def _lookup(spec: str) -> CostModel:
             fitted = ", ".join(k for k in sorted(_FACTORIES) if "/" in k)
             raise ValueError(f"no fitted profile for {name!r} (fitted: {fitted}); "
                              f"use 'roofline:{name}' for a spec-only model")
-    raise ValueError(f"unknown cost model {spec!r}; available: {', '.join(available_cost_models())}")
+    names = available_cost_models()
+    prefix, colon, _ = base.partition(":")
+    close = (difflib.get_close_matches(prefix, names, n=1, cutoff=0.6) if colon
+             else difflib.get_close_matches(base, names, n=3, cutoff=0.6))
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    raise ValueError(f"unknown cost model {spec!r}{hint}; available: {', '.join(names)} "
+                     f"(or 'roofline:<gpu>/<model>', or a cost JSON file)")
 
 
 def get_cost_model(spec: "str | CostModel | None" = None, parallel: Any = None) -> CostModel:
@@ -60,8 +67,8 @@ def get_cost_model(spec: "str | CostModel | None" = None, parallel: Any = None) 
     elif spec is None or spec == "default":
         from .catalog import default_cost_model
         model = default_cost_model()
-    elif isinstance(spec, str):
-        model = _lookup(spec.strip())
+    elif isinstance(spec, (str, Path)):
+        model = _lookup(str(spec).strip())
     else:
         raise ValueError(f"cost must be a CostModel, a name or a path, got {spec!r}")
     if parallel is not None and not parallel.is_single_gpu:

@@ -12,14 +12,12 @@ is 130. ``--out DIR`` writes ``schedule.json`` (its meta names the workload, lim
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from .api import METHODS
-from .backends import BackendUnavailable, ModelTooLarge, backend_names
+from .backends import backend_names
 from .objectives import OBJECTIVES
 from .policy import Policy
 
@@ -99,56 +97,33 @@ class _ProgressLines:
             print(event.line(), file=sys.stderr, flush=True)
 
 
-def _write_out(out: Path, r, workload, limits, cost) -> None:
-    """schedule.json (meta: workload, limits, cost), workload.json and result.json under ``out``."""
-    from infermax.types import Schedule
-
-    out.mkdir(parents=True, exist_ok=True)
-    if r.schedule is not None:
-        meta = {**r.schedule.meta, "workload": workload.name, "limits": limits.to_dict(), "cost": cost.describe()}
-        Schedule(r.schedule.batches, meta).to_json(out / "schedule.json")
-    (out / "workload.json").write_text(json.dumps(workload.to_dict()))
-    (out / "limits.json").write_text(json.dumps(limits.to_dict()))
-    (out / "result.json").write_text(json.dumps(_jsonable({**r.summary(), "metrics": r.metrics}), indent=2))
-
-
-def _jsonable(value):
-    """JSON-safe: NaN and infinities become null (JSON has no such numbers)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, (str, int, bool)) or value is None:
-        return value
-    return str(value)
-
-
 def cmd_solve(args: argparse.Namespace) -> int:
+    from infermax.cli import dumps_json
     from infermax.engine import resolve_inputs
+    from infermax.rundir import out_dir, write_run
+    from infermax.types import Schedule
 
     from .api import solve_optimal
 
     workload, limits, cost = resolve_inputs(args.workload, args.limits, args.cost)
-    show = _ProgressLines(enabled=not (args.json or args.quiet))
-    try:
-        r = solve_optimal(workload, limits, cost, objective=args.objective, backend=args.backend,
-                          time_limit_s=args.time_limit, policy=_policy(args),
-                          warm_start=None if args.warm_start == "none" else args.warm_start,
-                          horizon=args.horizon, better_than=_better_than(args.better_than), by=args.by,
-                          threads=args.threads, rel_gap=args.gap, method=args.method, progress=show)
-    except (BackendUnavailable, ModelTooLarge) as exc:
-        if args.json:
-            print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
-        print(f"infermax: error: {exc}", file=sys.stderr)
-        return 2
-    summary = _jsonable({**r.summary(), "stopped": r.info.get("stopped"), "bound_method": r.info.get("bound_method")})
     if args.out:
-        _write_out(Path(args.out), r, workload, limits, cost)
+        out_dir(args.out)          # an --out that cannot be written fails before the solve
+    show = _ProgressLines(enabled=not (args.json or args.quiet))
+    r = solve_optimal(workload, limits, cost, objective=args.objective, backend=args.backend,
+                      time_limit_s=args.time_limit, policy=_policy(args),
+                      warm_start=None if args.warm_start == "none" else args.warm_start,
+                      horizon=args.horizon, better_than=_better_than(args.better_than), by=args.by,
+                      threads=args.threads, rel_gap=args.gap, method=args.method, progress=show)
+    summary = {**r.summary(), "stopped": r.info.get("stopped"), "bound_method": r.info.get("bound_method")}
+    if args.out:
+        out = Path(args.out)
+        if r.schedule is not None:     # the schedule's meta names its instance too
+            meta = {**r.schedule.meta, "workload": workload.name, "limits": limits.to_dict(), "cost": cost.describe()}
+            write_run(out, Schedule(r.schedule.batches, meta), workload, limits, cost)
+        (out / "result.json").write_text(dumps_json({**summary, "metrics": r.metrics}))
     interrupted = str(r.info.get("stopped", "")).startswith("interrupted")
     if args.json:
-        print(json.dumps({**summary, "metrics": _jsonable(r.metrics)}))
+        print(dumps_json({**summary, "metrics": r.metrics}))
     else:
         width = max(len(k) for k in SUMMARY)
         for key in SUMMARY:

@@ -86,11 +86,16 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
     candidates.append(("sequential", sequential_schedule(workload, limits)))
     best: WarmStart | None = None
     for name, sched in candidates:
-        if not respects_policy(sched, workload, limits, cost, policy):
+        # the replay below judges validity; the policy class needs its own look only when it restricts
+        if not policy.is_unconstrained and not respects_policy(sched, workload, limits, cost, policy):
             continue
-        if clean:
+        if clean and any(b.evict.size for b in sched.batches):     # only evictions leave wasted work
             sched = strip_wasted_work(sched, workload, policy.effective_limits(limits), cost)
-        met = compute_metrics(replay(sched, workload, policy.effective_limits(limits), cost))
+        try:
+            met = compute_metrics(replay(sched, workload, policy.effective_limits(limits), cost))
+        except ScheduleError as exc:
+            log.info("warm start: %s's schedule is invalid here (%s)", name, exc)
+            continue
         value = float(met[_METRIC[objective]])
         if best is None or value < best.value - 1e-15:
             best = WarmStart(name, sched, value, float(met["latency_s"]))

@@ -5,18 +5,26 @@ schedule with one cost model, and compare against optimal schedules and bounds.
     >>> r = infermax.simulate("fixed:I=64,O=32,B=256", scheduler="vllm")
     >>> r.metrics["latency_s"] > 0
     True
+
+``infermax.replay``, ``infermax.metrics``, ``infermax.sweep`` and ``infermax.execute`` are
+functions, each exported from the module (or subpackage) of the same name; those
+modules stay importable by name: ``from infermax.sweep import run_cells``,
+``from infermax.execute.validation import validate``.
 """
-from . import schedulers, sweep
+from . import schedulers
 from .engine import SchedulerStuckError, SimResult, simulate
+from .execute import execute
 from .metrics import metrics, metrics_by_tag
 from .replay import replay
 from .schedulers import register_scheduler
 from .state import ScheduleError
+from .sweep import sweep
 from .trace import Trace
 from .types import Batch, Limits, Request, Schedule, Workload
 
 __all__ = ["Batch", "Bound", "OptimalResult", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
-           "Trace", "Workload", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers", "simulate"]
+           "Trace", "Workload", "execute", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers",
+           "simulate", "sweep"]
 __version__ = "0.1.0"
 
 _LAZY = {"solve_optimal": "infermax.csp", "OptimalResult": "infermax.csp",

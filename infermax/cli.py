@@ -1,13 +1,24 @@
 """The ``infermax`` command line.
 
     infermax simulate [--scheduler vllm,sarathi] [--workload fixed:I=1024,O=1024,B=1024]
-                      [--limits M=100000,C=4096] [--cost default] [--out DIR] [--json]
+                      [--limits M=100000,C=4096] [--cost default] [--out DIR] [--json] [-q]
     infermax schedulers [--json]
-    infermax replay schedule.json --workload SPEC [--limits ...] [--cost ...] [--json]
+    infermax replay DIR/schedule.json [--workload SPEC] [--limits ...] [--cost ...] [--json]
 
 Further commands (``solve``, ``bound``, ``profile``, ``costmodel``, ...) are added
 by their packages through ``add_subcommands(subparsers)``. Every command takes
-``--json``. Exit status: 0 success, 2 bad input or an invalid schedule.
+``--json``.
+
+One error path for every command (:func:`main`): a handler raises, ``main``
+prints one line ``infermax: error: ...`` on stderr (and, with ``--json``, the
+object ``{"error": ..., "type": ...}`` on stdout). Exit status: 0 success, 2 bad
+input (ValueError, a file that cannot be read or written, a usage error) or an
+invalid schedule, 130 interrupted (Ctrl-C), 1 an internal error (``-v`` shows its
+traceback). JSON output never holds NaN or Infinity (:func:`dumps_json`).
+
+A run directory (``simulate --out DIR``; ``solve --out DIR`` writes the same
+files, :mod:`infermax.rundir`) holds what ``replay`` needs to judge exactly the
+same instance again, plus ``metrics.json``, ``batches.csv`` and ``requests.csv``.
 """
 from __future__ import annotations
 
@@ -16,9 +27,13 @@ import importlib
 import json
 import logging
 import math
+import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
+
+from .rundir import judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
 
 DEFAULT_WORKLOAD = "fixed:I=1024,O=1024,B=1024"
 DEFAULT_SCHEDULERS = "vllm,sarathi,sarathi-pc,vllm-ef,sarathi-ef"
@@ -27,8 +42,10 @@ SUMMARY_KEYS = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "ttft_p99_s", 
 # packages that contribute commands; each module has add_subcommands(subparsers)
 PLUGIN_MODULES = ("infermax.costmodel.cli", "infermax.csp.cli", "infermax.bounds.cli", "infermax.sweep_cli",
                   "infermax.execute.cli")
+EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 1, 130, 141
 
 
+# --- output -----------------------------------------------------------------------------------------
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
         if math.isnan(value):
@@ -40,14 +57,38 @@ def _fmt(value: Any) -> str:
 def print_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
     """A plain aligned table on stdout (the CLI's only output format besides JSON)."""
     cells = [[_fmt(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    widths = [max([len(k), *(len(c[i]) for c in cells)]) for i, k in enumerate(keys)]
     print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
     for c in cells:
         print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
 
 
+def dumps_json(obj: Any) -> str:
+    """One valid JSON document: a NaN or infinite number becomes ``null``, and a top-level
+    ``null_values`` object maps each such field (a dotted path) to what it was and why."""
+    nulls: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if hasattr(value, "item") and type(value).__module__ == "numpy":
+            value = value.item()
+        if isinstance(value, float) and not math.isfinite(value):
+            nulls[path] = ("NaN: undefined for this run (e.g. a mean over no values)" if math.isnan(value)
+                           else f"{value}: no finite value")
+            return None
+        if isinstance(value, Mapping):
+            return {str(k): clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    out = clean(obj, "")
+    if nulls and isinstance(out, dict):
+        out["null_values"] = nulls
+    return json.dumps(out, allow_nan=False, default=str)
+
+
 class _Progress:
-    """A tqdm bar over finished requests (stderr; silent when not a terminal or with --json)."""
+    """A tqdm bar over finished requests (stderr; silent when not a terminal, with --json or -q)."""
 
     def __init__(self, label: str, total: int, enabled: bool) -> None:
         self.bar = None
@@ -65,43 +106,44 @@ class _Progress:
             self.bar.close()
 
 
-def _write_outputs(out: Path, result, workload) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    result.schedule.to_json(out / "schedule.json")
-    (out / "workload.json").write_text(json.dumps(workload.to_dict()))
-    (out / "metrics.json").write_text(json.dumps(result.metrics, indent=2))
-    result.batches_df.to_csv(out / "batches.csv")
-    result.requests_df.to_csv(out / "requests.csv")
-
-
+# --- simulate, schedulers ---------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace) -> int:
     from . import simulate
     from .engine import resolve_inputs
-    from .schedulers import get_scheduler
+    from .schedulers import get_scheduler, split_specs
 
     spec = f"trace:{args.trace}" if args.trace else args.workload
     workload, limits, cost = resolve_inputs(spec, args.limits, args.cost)
-    rows = []
-    names = [s.strip() for s in args.scheduler.split(",") if s.strip()]
+    names = split_specs(args.scheduler)
+    if not names:
+        raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
     for name in names:
         get_scheduler(name)  # unknown names fail before any work
+    if args.out:
+        out_dir(args.out)    # so does an --out that cannot be written
+    rows = []
     for name in names:
-        bar = _Progress(name, len(workload), enabled=not args.json and not args.no_progress)
+        bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
         try:
             result = simulate(workload, name, limits, cost, progress=bar)
         finally:
             bar.close()
         rows.append({"scheduler": name, **result.metrics})
         if args.out:
-            _write_outputs(Path(args.out) / name if len(names) > 1 else Path(args.out), result, workload)
+            out = Path(args.out) / name if len(names) > 1 else Path(args.out)
+            write_run(out, result.schedule, workload, limits, cost)
+            (out / "metrics.json").write_text(dumps_json(result.metrics))
+            result.batches_df.to_csv(out / "batches.csv")
+            result.requests_df.to_csv(out / "requests.csv")
     summary = {"workload": workload.name, "limits": limits.to_dict(), "cost": cost.name, "results": rows}
     if args.json:
-        print(json.dumps(summary))
+        print(dumps_json(summary))
     else:
         print(f"workload {workload.name}  limits {limits.to_dict()}  cost {cost.name}")
         print_table(rows, ("scheduler", *SUMMARY_KEYS))
         if args.out:
-            print(f"wrote schedule.json, workload.json, metrics.json, batches.csv, requests.csv under {args.out}")
+            print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
+                  f"requests.csv under {args.out}")
     return 0
 
 
@@ -110,7 +152,7 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
 
     table = describe_all()
     if args.json:
-        print(json.dumps(table))
+        print(dumps_json(table))
     else:
         width = max(map(len, table))
         for name, doc in table.items():
@@ -121,33 +163,47 @@ def cmd_schedulers(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from .metrics import metrics
     from .replay import replay
-    from .types import Schedule
+    from .state import ScheduleError
 
-    schedule = Schedule.from_json(Path(args.schedule))
-    workload = args.workload or schedule.meta.get("workload")
-    if workload is None:
-        raise ValueError("replay needs --workload (the schedule's meta names none)")
-    limits = args.limits if args.limits is not None else _limits_from_meta(schedule.meta)
-    trace = replay(schedule, workload, limits, args.cost)
+    schedule = load_schedule(args.schedule)
+    workload, limits, cost, judged, notes = schedule_inputs(args.schedule, schedule, args.workload, args.limits,
+                                                            args.cost)
+    if not args.json:
+        print(judged_line(judged))
+        for note in notes:
+            print(f"note: {note}")
+    try:
+        trace = replay(schedule, workload, limits, cost)
+    except ScheduleError as exc:
+        if args.json:
+            print(dumps_json({"valid": False, "error": str(exc), "type": type(exc).__name__,
+                              "judged_against": judged, "notes": notes}))
+        print(f"infermax: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     result = {"valid": True, **metrics(trace)}
     if args.json:
-        print(json.dumps(result))
+        print(dumps_json({**result, "judged_against": judged, "notes": notes}))
     else:
         print(f"valid schedule: {len(schedule)} batches")
         print_table([result], SUMMARY_KEYS)
     return 0
 
 
-def _limits_from_meta(meta: dict) -> str | None:
-    lim = meta.get("limits")
-    if not lim:
-        return None
-    return ",".join(f"{k}={'none' if v is None else v}" for k, v in lim.items())
+# --- parser and the one error path -------------------------------------------------------------------
+class UsageError(ValueError):
+    """A command line argparse cannot parse (reported like every other error, exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        command = self.prog.removeprefix("infermax").strip()
+        raise UsageError(f"{command + ': ' if command else ''}{message} (see `{self.prog} --help`)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="infermax", description=__doc__.split("\n")[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser = _Parser(prog="infermax", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details; tracebacks of "
+                        "internal errors")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="simulate schedulers on a workload and summarise the metrics")
@@ -157,9 +213,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="a trace CSV (Splitwise/Vidur or Azure format); overrides --workload")
     p.add_argument("--limits", default=None, help="e.g. M=100000,C=4096,P=512,R_max=128 (default M=100K, C=4096)")
     p.add_argument("--cost", default=None, help="cost model name or JSON path (default: A100 Llama-2-7B)")
-    p.add_argument("--out", help="directory for schedule.json, metrics and DataFrames (CSV)")
+    p.add_argument("--out", help="directory for schedule.json, workload.json, limits.json, cost.json, metrics "
+                   "and DataFrames (CSV); one subdirectory per scheduler when several")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
 
     p = sub.add_parser("schedulers", help="list the registered schedulers")
@@ -167,10 +224,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schedulers)
 
     p = sub.add_parser("replay", help="judge a schedule JSON written by anyone (exit 2 if invalid)")
-    p.add_argument("schedule", help="schedule JSON file")
-    p.add_argument("--workload", help="workload spec or workload.json (default: the schedule's meta)")
-    p.add_argument("--limits", default=None, help="limits spec (default: the schedule's meta, else defaults)")
-    p.add_argument("--cost", default=None)
+    p.add_argument("schedule", help="schedule JSON file (reads workload.json, limits.json, cost.json beside it)")
+    p.add_argument("--workload", help="workload spec or workload.json (default: workload.json beside the "
+                   "schedule, else the schedule's meta)")
+    p.add_argument("--limits", default=None, help="limits spec (default: limits.json beside the schedule, else "
+                   "its meta, else defaults)")
+    p.add_argument("--cost", default=None, help="cost model (default: cost.json beside the schedule, else its "
+                   "meta, else the default model)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_replay)
 
@@ -185,17 +245,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_message(exc: BaseException) -> str:
+    """One line naming the thing that failed (a file's name and the system's reason for OSErrors)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror}"
+    return one_line(str(exc))
+
+
+def fail(message: str, kind: str, json_mode: bool, code: int) -> int:
+    """Report an error the one way every command does; returns the exit status."""
+    if json_mode:
+        print(json.dumps({"error": message, "type": kind}))
+    print(f"infermax: error: {message}" if code != EXIT_INTERRUPTED else f"infermax: {message}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    json_mode, verbose = "--json" in argv, bool({"-v", "--verbose"} & set(argv))
     try:
+        args = build_parser().parse_args(argv)
+        logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                            format="%(levelname)s %(message)s")
+        json_mode = bool(getattr(args, "json", False))
         return int(args.func(args) or 0)
-    except ValueError as exc:  # bad input and invalid schedules (ScheduleError is a ValueError)
-        if getattr(args, "json", False):
-            print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
-        print(f"infermax: error: {exc}", file=sys.stderr)
-        return 2
+    except BrokenPipeError:  # the reader went away (`infermax ... | head`): nothing left to say
+        try:  # and Python must not complain when it flushes stdout at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt as exc:
+        return fail(f"interrupted{f': {exc}' if str(exc) else ''}", "KeyboardInterrupt", json_mode,
+                    EXIT_INTERRUPTED)
+    except (ValueError, OSError, ImportError) as exc:  # bad input, unreadable files, invalid schedules
+        return fail(error_message(exc), type(exc).__name__, json_mode, EXIT_BAD_INPUT)
+    except Exception as exc:  # a bug: one line, the traceback with -v
+        if verbose:
+            traceback.print_exc()
+        return fail(f"internal error: {type(exc).__name__}: {error_message(exc)}"
+                    f"{'' if verbose else ' (run with -v for the traceback)'}", type(exc).__name__, json_mode,
+                    EXIT_INTERNAL)
 
 
 if __name__ == "__main__":

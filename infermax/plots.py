@@ -135,6 +135,9 @@ def tradeoff(df, x: str = "ttft_mean_s", y: str = "tpot_mean_s", hue: str = "sch
              ax=None, log: bool = True):
     """TTFT against TPOT: one marker series per ``hue``; ``annotate`` names a column to print beside points."""
     data = _ok(df)
+    for name in (x, y, hue, *((annotate,) if annotate else ())):
+        if name not in data:
+            raise ValueError(f"tradeoff: the table has no column {name!r}")
     fig, ax = _axes(ax, (4.5, 3.5))
     for h in dict.fromkeys(data[hue]):
         sub = data[data[hue] == h]

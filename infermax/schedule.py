@@ -3,10 +3,18 @@
 A Schedule is an ordered list of Batches; a Batch says, per request id, how many
 tokens it processes and which requests are evicted before it runs. The JSON
 form is lossless (``Schedule.to_json`` / ``from_json``).
+
+Reading JSON trusts nothing: ``Batch.from_dict`` takes only JSON integers as ids
+and token counts (8.5, "8" and true are refused, not rounded), a finite
+``not_before_s``, no unknown fields; :func:`load_json` names the file, and the
+line of a syntax error, for anything it cannot read. Rule violations (a chunk
+too long, M exceeded, ...) are not checked here: that is the judge's job
+(``replay``), which names the rule.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -14,13 +22,136 @@ from typing import Any, Mapping
 import numpy as np
 
 SCHEDULE_FORMAT = "infermax.schedule/1"
+#: token counts (a chunk c, a prompt or output length) are below this: sums of them stay exact in int64
+MAX_TOKENS = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
+_BATCH_FIELDS = ("ids", "tokens", "evict", "not_before_s")
+_SCHEDULE_FIELDS = ("format", "meta", "batches")
+
+
+# --- reading JSON -------------------------------------------------------------------
+
+def show_json(value: Any) -> str:
+    """``value`` as it would read in a JSON file (``null``, ``true``, ``"8"``), cut to 60 characters."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def json_kind(value: Any) -> str:
+    """The JSON type of ``value``, for messages: object, array, string, number, true/false or null."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, (list, tuple)) else "an object" if isinstance(value, Mapping) else \
+        type(value).__name__
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} in a JSON object")
+        out[key] = value
+    return out
+
+
+def is_json_text(source: Any) -> bool:
+    """True when ``source`` is a str holding JSON text (an object or array), not a path."""
+    return isinstance(source, str) and source.lstrip("\ufeff \t\r\n").startswith(("{", "["))
+
+
+def _looks_like_csv(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    return "," in first and not first.lstrip().startswith(("{", "[", '"'))
+
+
+def load_json(source: "str | Path", what: str) -> tuple[Any, str | None]:
+    """Parse ``source`` — JSON text, or the path of a JSON file — into Python values.
+
+    Returns ``(data, path)``; ``path`` is None when ``source`` was text. Duplicate
+    keys in an object are refused; a UTF-8 byte-order mark is accepted. Every
+    failure is a ValueError saying ``"<what> file '<path>'"`` and what is wrong:
+    no such file, a directory, not UTF-8, a CSV trace, or the line and column of
+    a JSON syntax error.
+    """
+    path: str | None = None
+    if isinstance(source, Path) or not is_json_text(source):
+        path = str(source)
+        label = f"{what} file {path!r}"
+        try:
+            raw = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise ValueError(f"{label} does not exist (no such file)") from None
+        except IsADirectoryError:
+            raise ValueError(f"{label} is a directory, not a {what} JSON file") from None
+        except OSError as exc:
+            if Path(path).is_dir():
+                raise ValueError(f"{label} is a directory, not a {what} JSON file") from None
+            raise ValueError(f"{label}: cannot read it ({exc.strerror or exc})") from None
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ValueError(f"{label} is not a text file (not UTF-8; a binary file?), so not a {what} JSON") from None
+    else:
+        label, text = f"{what} JSON", source.lstrip("\ufeff")
+    if not text.strip():
+        raise ValueError(f"{label} is empty, so not a {what} JSON")
+    try:
+        return json.loads(text, object_pairs_hook=_refuse_duplicate_keys), path
+    except json.JSONDecodeError as exc:
+        if _looks_like_csv(text):
+            raise ValueError(f"{label} is not a {what} JSON (it looks like a CSV trace)") from None
+        raise ValueError(f"{label}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{label}: JSON nested too deeply") from None
+    except ValueError as exc:   # a duplicate key
+        raise ValueError(f"{label}: {exc}") from None
+
+
+def _int_list(values: Any, where: str, low: int, high: int) -> np.ndarray:
+    """A JSON array of integers in [low, high] as int64; anything else is named."""
+    if not isinstance(values, list):
+        raise ValueError(f"{where} must be an array of integers, got {show_json(values)}")
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    if set(map(type, values)) != {int}:         # bool, float, str, None, nested arrays: refused
+        k = next(k for k, v in enumerate(values) if type(v) is not int)
+        raise ValueError(f"{where}[{k}] must be an integer, got {show_json(values[k])}")
+    try:
+        arr = np.array(values, dtype=np.int64)
+    except OverflowError:
+        arr = None
+    if arr is None or int(arr.min()) < low or int(arr.max()) > high:
+        k = next(k for k, v in enumerate(values) if not low <= v <= high)
+        raise ValueError(f"{where}[{k}] = {values[k]} is out of range [{low}, {high}]")
+    return arr
+
+
+def _check_start(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where} must be a finite number of seconds >= 0, got {show_json(value)}")
+    return float(value)
 
 
 def _as_int_array(owner: str, name: str, values: Any) -> np.ndarray:
-    arr = np.asarray(values if values is not None else (), dtype=np.float64 if isinstance(values, float) else None)
-    arr = arr.reshape(-1)
-    if arr.size and (arr.dtype.kind not in "iu" and not (arr.dtype.kind == "f" and np.all(arr == np.round(arr)))):
-        raise ValueError(f"{owner}.{name} must hold integers, got {values!r}")
+    arr = np.asarray(values if values is not None else ()).reshape(-1)
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    kind = arr.dtype.kind
+    if kind == "f":
+        if not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)) and np.all(np.abs(arr) < 2.0**63)):
+            raise ValueError(f"{owner}.{name} must hold integers, got {values!r}")
+    elif kind not in "iu" or (kind == "u" and int(arr.max()) > _INT64[1]):
+        raise ValueError(f"{owner}.{name} must hold integers (int64), got {values!r}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -45,9 +176,12 @@ class Batch:
         evict = _as_int_array("Batch", "evict", self.evict)
         if ids.shape != tokens.shape:
             raise ValueError(f"Batch.ids and Batch.tokens differ in length: {ids.size} != {tokens.size}")
+        if tokens.size and int(np.abs(tokens).max()) > MAX_TOKENS:
+            raise ValueError(f"Batch.tokens must be token counts below 2^31, got {int(np.abs(tokens).max())}")
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "evict", evict)
+        object.__setattr__(self, "not_before_s", _check_start(self.not_before_s, "Batch.not_before_s"))
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -81,11 +215,28 @@ class Batch:
         return out
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "Batch":
-        return cls(ids=np.asarray(data.get("ids", ()), dtype=np.int64),
-                   tokens=np.asarray(data.get("tokens", ()), dtype=np.int64),
-                   evict=np.asarray(data.get("evict", ()), dtype=np.int64),
-                   not_before_s=float(data.get("not_before_s", 0.0)))
+    def from_dict(cls, data: Mapping[str, Any], where: str = "batch") -> "Batch":
+        """Read a batch as JSON gives it: ``ids`` and ``tokens`` arrays of integers (required),
+        ``evict`` (an array of ids) and ``not_before_s`` (finite seconds >= 0) optional.
+
+        Types are strict (8.5, "8", true and null are refused, never rounded or cast);
+        errors name the field as ``where.field[k]`` and the bad value.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"{where} must be an object with ids and tokens, got {show_json(data)}")
+        unknown = [k for k in data if k not in _BATCH_FIELDS]
+        if unknown:
+            raise ValueError(f"{where} has unknown field(s) {', '.join(map(repr, unknown))}; "
+                             f"a batch has {', '.join(_BATCH_FIELDS)}")
+        for key in ("ids", "tokens"):
+            if key not in data:
+                raise ValueError(f"{where}.{key} is missing (a batch needs ids and tokens)")
+        ids = _int_list(data["ids"], f"{where}.ids", *_INT64)
+        tokens = _int_list(data["tokens"], f"{where}.tokens", -MAX_TOKENS, MAX_TOKENS)
+        evict = _int_list(data.get("evict", []), f"{where}.evict", *_INT64)
+        if ids.size != tokens.size:
+            raise ValueError(f"{where}: ids and tokens differ in length: {ids.size} != {tokens.size}")
+        return cls.trusted(ids, tokens, evict, _check_start(data.get("not_before_s", 0.0), f"{where}.not_before_s"))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -125,22 +276,44 @@ class Schedule:
     def to_json(self, path: str | Path | None = None) -> str:
         text = json.dumps(self.to_dict(), separators=(",", ":"))
         if path is not None:
-            Path(path).write_text(text)
+            try:
+                Path(path).write_text(text)
+            except OSError as exc:
+                raise ValueError(f"cannot write schedule file {str(path)!r}: {exc.strerror or exc}") from None
         return text
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Schedule":
+        """Read ``{"format": "infermax.schedule/1", "meta": {...}, "batches": [...]}`` (meta optional)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"not a schedule JSON: a schedule is an object with format and batches, "
+                             f"got {show_json(data)}")
+        unknown = [k for k in data if k not in _SCHEDULE_FIELDS]
+        if unknown:
+            raise ValueError(f"schedule has unknown field(s) {', '.join(map(repr, unknown))}; "
+                             f"a schedule has {', '.join(_SCHEDULE_FIELDS)}")
         fmt = data.get("format")
         if fmt != SCHEDULE_FORMAT:
-            raise ValueError(f"Schedule.format must be {SCHEDULE_FORMAT!r}, got {fmt!r}")
+            raise ValueError(f"Schedule.format must be {SCHEDULE_FORMAT!r}, got {show_json(fmt)}")
         batches = data.get("batches")
         if not isinstance(batches, list):
-            raise ValueError(f"Schedule.batches must be a list, got {type(batches).__name__}")
-        return cls(batches=tuple(Batch.from_dict(b) for b in batches), meta=dict(data.get("meta", {})))
+            raise ValueError(f"Schedule.batches must be an array, got {json_kind(batches)}")
+        meta = data.get("meta", {})
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"Schedule.meta must be an object, got {show_json(meta)}")
+        return cls(batches=tuple(Batch.from_dict(b, f"batches[{j}]") for j, b in enumerate(batches)),
+                   meta=dict(meta))
 
     @classmethod
     def from_json(cls, text_or_path: str | Path) -> "Schedule":
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text_or_path).read_text()
-        return cls.from_dict(json.loads(text))
+        """Read JSON text (a str starting with ``{``) or a schedule file (a Path, or any other str).
+
+        Errors from a file name it: ``schedule file 'x.json': batches[3].tokens[0] must be ...``.
+        """
+        data, path = load_json(text_or_path, "schedule")
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            if path is None:
+                raise
+            raise ValueError(f"schedule file {path!r}: {exc}") from None

@@ -1,36 +1,16 @@
 """Sweeps: run a grid of (workload x scheduler x limits x cost [x solver]) cells into one tidy table.
 
-    >>> import infermax.sweep
+    >>> import infermax
     >>> df = infermax.sweep({"workloads": {"grid": {"I": [16, 64], "O": [8], "B": [32]}},
     ...                      "schedulers": ["vllm", "sarathi"]}, executor="serial")
     >>> len(df), bool(df["error"].isna().all())
     (4, True)
 
-The module itself is callable (``infermax.sweep(...)`` is :func:`sweep`).
-
-Config (a YAML file, a dict or a :class:`SweepConfig`)::
-
-    name: fig5                        # optional, a label
-    out: fig5.parquet                 # optional; relative to the YAML file (CLI --out overrides)
-    workloads:                        # a list of items, or one item
-      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workloads)
-      - grid: {I: [1, 64, 1024], O: [1, 32, 1024], B: [1024]}     # -> fixed:I=..,O=..,B=..
-      - template: "mix:{mix},B={B},seed=1"                         # any spec with {fields} ...
-        grid: {mix: [LILO+SILO, SISO+LILO], B: [16, 1024]}        # ... filled from a grid
-    schedulers: [vllm, vllm-ef, "sarathi:R_max=128"]   # names with options; items may be grids too
-    limits:                           # default [M=100000,C=4096]
-      - M=100000,C=4096
-      - grid: {M: [100, 1000], C: [4096]}
-    costs: [default]                  # cost-model names or JSON paths (default [default])
-    solver:                           # optional: one more cell per (workload, limits, cost) ...
-      backend: cpsat                  # ... solved by infermax.solve_optimal(**this block);
-      objective: latency              # a list of blocks gives one cell per block, labelled
-      time_limit_s: 30                # "optimal" or "optimal:<policy>" in the scheduler column
-
-A grid item expands to the Cartesian product of its lists, in the order written;
-without ``template`` it is ``fixed:I={I},O={O},B={B}`` (workloads),
-``M={M},C={C},...`` (limits; every key joined as ``key=value``) or
-``{name}:R_max={R_max}`` (schedulers; every key but ``name`` as an option).
+``infermax.sweep`` is the function :func:`sweep` (exported by the package, like
+``infermax.replay``); this module's other names are imported from it:
+``from infermax.sweep import run_cells, Cell``. The config (a YAML file, a dict or a
+:class:`SweepConfig`) is described in :mod:`infermax.sweep_config`; ``examples/grid.yaml``
+is a commented example.
 
 Results: one row per cell, in grid order (workloads outermost, then schedulers,
 limits, costs; solver cells after the schedulers). Columns: ``cell_id`` (a hash
@@ -50,18 +30,18 @@ written to ``out`` (parquet) and beside it as CSV every ``checkpoint_s`` seconds
 and at the end, also when interrupted.
 
 Executors: ``"serial"`` (this process), ``"local"`` (a process pool, ``workers``
-processes, default 2), ``"ray"`` (a local Ray instance, or the one already
-initialised) and ``"ray://host:port"`` (a Ray cluster; its workers need infermax
-installed, e.g. through a ``runtime_env``).
+processes, default 2; interrupted, it terminates its workers before returning),
+``"ray"`` (a local Ray instance, or the one already initialised) and
+``"ray://host:port"`` (a Ray cluster; its workers need infermax installed, e.g.
+through a ``runtime_env``).
 """
 from __future__ import annotations
 
 import json
 import logging
 import os
-import sys
+import signal
 import time
-import types
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -118,6 +98,25 @@ def _run_serial(cells: list[Cell], on_row: OnRow, workers: int) -> None:
         on_row(run_cell(cell))
 
 
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers; no traceback from each)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool) -> None:
+    """Cancel the cells not started and terminate the workers now (a running cell may take minutes)."""
+    terminate = getattr(pool, "terminate_workers", None)     # Python >= 3.14
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((pool._processes or {}).values())       # no public handle on the workers before 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        proc.join(timeout=10)
+
+
 def _run_local(cells: list[Cell], on_row: OnRow, workers: int) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -131,17 +130,17 @@ def _run_local(cells: list[Cell], on_row: OnRow, workers: int) -> None:
         ctx.set_forkserver_preload([__name__])
     else:
         ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx, initializer=_ignore_sigint)
+    try:
         pending = {pool.submit(run_cell, c) for c in cells}
-        try:
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for fut in done:
-                    on_row(fut.result())
-        except BaseException:
-            for fut in pending:
-                fut.cancel()
-            raise
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                on_row(fut.result())
+    except BaseException:          # Ctrl-C, SIGTERM turned into KeyboardInterrupt, or on_row failing
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_ray(cells: list[Cell], on_row: OnRow, workers: int, address: str | None = None) -> None:
@@ -181,7 +180,18 @@ def _executor(spec: str) -> tuple[Callable[..., None], dict[str, Any]]:
 def _read(out: Path):
     import pandas as pd
 
-    return pd.read_parquet(out) if out.exists() else None
+    if not out.exists():
+        return None
+    if out.is_dir():
+        raise ValueError(f"sweep out {str(out)!r} is a directory; give a .parquet file")
+    try:
+        old = pd.read_parquet(out)
+    except Exception as exc:  # pyarrow raises its own types for a file that is not parquet
+        raise ValueError(f"sweep out {str(out)!r} exists but is not a results table to resume from "
+                         f"({type(exc).__name__}: {exc}); remove it or choose another out") from None
+    if "cell_id" not in old:
+        raise ValueError(f"sweep out {str(out)!r} is not a sweep results table (no cell_id column)")
+    return old
 
 
 def _write(df, out: Path) -> None:
@@ -267,10 +277,13 @@ def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: 
 def sweep(config: "str | Path | Mapping[str, Any] | SweepConfig", out: "str | Path | None" = None,
           executor: str = "local", workers: int = 2, resume: bool = True, retry_errors: bool = False,
           progress: Callable[[int, int], None] | None = None):
-    """Run every cell of ``config`` (YAML path, dict or SweepConfig) and return the results table.
+    """Run every cell of ``config`` (YAML path, dict or SweepConfig; schema in
+    :mod:`infermax.sweep_config`) and return the results table (columns: :mod:`infermax.sweep`).
 
     ``out`` (default: the config's ``out``) is the parquet file that makes the
-    sweep resumable; see the module docstring for the executors and columns.
+    sweep resumable; a CSV is written beside it. ``executor``: ``"serial"``,
+    ``"local"`` (``workers`` processes), ``"ray"`` or ``"ray://host:port"``.
+    ``progress(done, total)`` is called after each finished cell.
     """
     cfg = SweepConfig.load(config)
     return run_cells(cfg.cells(), out=out if out is not None else cfg.out, executor=executor, workers=workers,
@@ -289,13 +302,3 @@ def same_results(a, b) -> bool:
     except AssertionError:
         return False
     return True
-
-
-class _CallableModule(types.ModuleType):
-    """``infermax.sweep(...)`` calls :func:`sweep`; ``infermax.sweep.run_cells`` etc. stay reachable."""
-
-    def __call__(self, *args: Any, **kwargs: Any):
-        return sweep(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -1,4 +1,30 @@
-"""Sweep configuration: the grid's axes and its cells (see :mod:`infermax.sweep` for the YAML schema)."""
+"""Sweep configuration: the grid's axes and its cells (results: :mod:`infermax.sweep`).
+
+Config (a YAML file, a dict or a :class:`SweepConfig`; ``examples/grid.yaml`` is a
+commented example)::
+
+    name: fig5                        # optional, a label
+    out: fig5.parquet                 # optional; relative to the YAML file (CLI --out overrides)
+    workloads:                        # a list of items, or one item
+      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workloads)
+      - grid: {I: [1, 64, 1024], O: [1, 32, 1024], B: [1024]}     # -> fixed:I=..,O=..,B=..
+      - template: "mix:{mix},B={B},seed=1"                         # any spec with {fields} ...
+        grid: {mix: [LILO+SILO, SISO+LILO], B: [16, 1024]}        # ... filled from a grid
+    schedulers: [vllm, vllm-ef, "sarathi:R_max=128"]   # names with options; items may be grids too
+    limits:                           # default [M=100000,C=4096]
+      - M=100000,C=4096
+      - grid: {M: [100, 1000], C: [4096]}
+    costs: [default]                  # cost-model names or JSON paths (default [default])
+    solver:                           # optional: one more cell per (workload, limits, cost) ...
+      backend: cpsat                  # ... solved by infermax.solve_optimal(**this block);
+      objective: latency              # a list of blocks gives one cell per block, labelled
+      time_limit_s: 30                # "optimal" or "optimal:<policy>" in the scheduler column
+
+A grid item expands to the Cartesian product of its lists, in the order written;
+without ``template`` it is ``fixed:I={I},O={O},B={B}`` (workloads),
+``M={M},C={C},...`` (limits; every key joined as ``key=value``) or
+``{name}:R_max={R_max}`` (schedulers; every key but ``name`` as an option).
+"""
 from __future__ import annotations
 
 import hashlib
@@ -127,9 +153,19 @@ class SweepConfig:
         path = Path(source)
         if not path.exists():
             raise ValueError(f"sweep config file {str(path)!r} does not exist")
+        if path.is_dir():
+            raise ValueError(f"sweep config {str(path)!r} is a directory, not a YAML file")
         import yaml
 
-        data = yaml.safe_load(path.read_text())
+        try:
+            data = yaml.safe_load(path.read_text())
+        except UnicodeDecodeError:
+            raise ValueError(f"sweep config {str(path)!r} is not a text file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+            raise ValueError(f"sweep config {str(path)!r} is not valid YAML:{where} "
+                             f"{getattr(exc, 'problem', None) or exc}") from None
         if not isinstance(data, Mapping):
             raise ValueError(f"sweep config {str(path)!r} must be a YAML mapping, got {type(data).__name__}")
         return cls.from_dict(data, base_dir=path.parent)

@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from .types import Request, Workload
-from .workloads import arrivals, load_trace
+from .types import MAX_TOKENS, Request, Workload
+from .workloads import MAX_REQUESTS, MAX_SEED, arrivals, check_count, check_real, load_trace
 
 SWE_DECODE_MEDIAN, SWE_DECODE_P90 = 518, 808
 
@@ -31,23 +31,31 @@ def with_slos(workload: Workload, ttft_s: float | None = None, ttft_per_1k_s: fl
     if ttft_s is None and tpot_s is None:
         return workload
     for name, v in (("ttft_slo", ttft_s), ("tpot_slo", tpot_s)):
-        if v is not None and not v > 0:
-            raise ValueError(f"workload {name} must be > 0 seconds, got {v!r}")
-    if ttft_per_1k_s < 0:
-        raise ValueError(f"workload ttft_slo_per_1k must be >= 0, got {ttft_per_1k_s!r}")
+        if v is not None:
+            check_real(f"workload {name}", v, unit=" s")
+    check_real("workload ttft_slo_per_1k", ttft_per_1k_s, allow_low=True, unit=" s")
     reqs = tuple(Request(id=r.id, input_len=r.input_len, output_len=r.output_len, arrival_s=r.arrival_s,
                          ttft_slo_s=None if ttft_s is None else ttft_s + ttft_per_1k_s * r.input_len / 1000,
                          tpot_slo_s=tpot_s, tag=r.tag) for r in workload.requests)
     return Workload(requests=reqs, name=workload.name)
 
 
+def _check_lengths(kind: str, lo: int, hi: int) -> None:
+    """The long-input range [lo, hi]: 1 <= lo <= hi < 2^31."""
+    check_count(f"{kind} workload: lo", lo, 1, MAX_TOKENS)
+    check_count(f"{kind} workload: hi", hi, 1, MAX_TOKENS)
+    if lo > hi:
+        raise ValueError(f"{kind} workload: need lo <= hi, got lo={lo}, hi={hi}")
+
+
 def pecsched_trace(source: str = "splitwise_conv", n: int | None = 2000, pct: float = 95.0,
                    lo: int = 100_000, hi: int = 500_000, seed: int = 0, time_scale: float = 1.0) -> Workload:
     """PecSched's long-tail construction over a real trace (pecsched.txt §6.2)."""
+    check_real("pecsched workload: pct", pct)
     if not 0 < pct < 100:
         raise ValueError(f"pecsched workload: pct must be in (0, 100), got {pct}")
-    if not 1 <= lo <= hi:
-        raise ValueError(f"pecsched workload: need 1 <= lo <= hi, got lo={lo}, hi={hi}")
+    _check_lengths("pecsched", lo, hi)
+    check_count("pecsched workload: seed", seed, 0, MAX_SEED)
     base = load_trace(source, n=n, time_scale=time_scale)
     ins = base.input_lens.copy()
     cut = np.percentile(ins, pct)
@@ -64,8 +72,13 @@ def medha_mix(B: int, long_frac: float = 0.05, lo: int = 128_000, hi: int = 1_00
               rate_per_s: float | None = 0.5, seed: int = 0, short_source: str = "splitwise_conv",
               short_cap: int = 8192) -> Workload:
     """Medha's short + long-context mix (medha.txt §5.1)."""
+    check_count("medha workload: B", B, 1, MAX_REQUESTS)
+    check_real("medha workload: long_frac", long_frac, allow_low=True)
     if not 0 <= long_frac <= 1:
         raise ValueError(f"medha workload: long_frac must be in [0, 1], got {long_frac}")
+    _check_lengths("medha", lo, hi)
+    check_count("medha workload: short_cap", short_cap, 1, MAX_TOKENS)
+    check_count("medha workload: seed", seed, 0, MAX_SEED - 1)
     rng = np.random.default_rng(seed)
     shorts = load_trace(short_source, n=None, max_len=short_cap)
     pick = rng.integers(0, len(shorts), size=B)

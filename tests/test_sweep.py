@@ -1,6 +1,8 @@
 """Sweeps: grid expansion, executors agree, resume skips finished cells, failing cells become rows."""
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import os
 import time
@@ -9,9 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import infermax.sweep
+import infermax
 from infermax.cli import main
 from infermax.sweep import Cell, SweepConfig, run_cells, same_results, sweep
+
+SWEEP_MODULE = importlib.import_module("infermax.sweep")   # infermax.sweep is the function
 
 SMALL = {"workloads": [{"grid": {"I": [4, 64], "O": [8, 32], "B": [48]}}, "fixed:I=300,O=8,B=4"],
          "schedulers": ["vllm", "sarathi", "vllm-ef"],
@@ -89,7 +93,9 @@ def test_local_processes_equal_serial(serial_table):
     assert not same_results(local.iloc[::-1], serial_table)     # order matters: rows sorted by cell
 
 
-def test_module_is_callable():
+def test_infermax_sweep_is_a_plain_function():
+    assert inspect.isfunction(infermax.sweep) and infermax.sweep is sweep
+    assert type(SWEEP_MODULE) is type(inspect)                 # a plain module, no __class__ swapped
     df = infermax.sweep({"workloads": ["fixed:I=4,O=4,B=4"], "schedulers": ["vllm"]}, executor="serial")
     assert len(df) == 1 and df["error"].isna().all()
 
@@ -99,13 +105,13 @@ def test_resume_skips_finished_cells(tmp_path, monkeypatch, serial_table):
     cfg = SweepConfig.from_dict(SMALL)
     cells = cfg.cells()
     calls: list[str] = []
-    real = infermax.sweep.run_cell
+    real = SWEEP_MODULE.run_cell
 
     def counting(cell):
         calls.append(cell.cell_id)
         return real(cell)
 
-    monkeypatch.setattr(infermax.sweep, "run_cell", counting)
+    monkeypatch.setattr(SWEEP_MODULE, "run_cell", counting)
 
     class Stop(Exception):
         pass

@@ -1,4 +1,5 @@
 import json
+import re
 
 import numpy as np
 import pytest
@@ -72,3 +73,40 @@ def test_batch_rejects_mismatched_and_fractional():
 def test_workload_dict_round_trip():
     w = Workload(requests=(Request(id=7, input_len=3, output_len=2, arrival_s=1.5, tag="x"),), name="w")
     assert Workload.from_dict(json.loads(json.dumps(w.to_dict()))).requests == w.requests
+
+
+@pytest.mark.parametrize("batch,match", [
+    ({"ids": [0], "tokens": [8.5]}, r"batches\[0\].tokens\[0\] must be an integer, got 8.5"),
+    ({"ids": [0], "tokens": ["8"]}, r'batches\[0\].tokens\[0\] must be an integer, got "8"'),
+    ({"ids": [True], "tokens": [8]}, r"batches\[0\].ids\[0\] must be an integer, got true"),
+    ({"ids": [0], "tokens": [2**31]}, r"batches\[0\].tokens\[0\] = 2147483648 is out of range"),
+    ({"ids": [0], "tokens": [8], "not_before_s": float("nan")}, r"batches\[0\].not_before_s must be a finite"),
+    ({"ids": [0]}, r"batches\[0\].tokens is missing"),
+    ({"ids": [0], "tokens": [8], "evcit": [1]}, r"unknown field\(s\) 'evcit'"),
+])
+def test_schedule_json_values_are_typed_strictly(batch, match):
+    with pytest.raises(ValueError, match=match):
+        Schedule.from_dict({"format": "infermax.schedule/1", "batches": [batch]})
+
+
+def test_schedule_file_errors_name_the_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        Schedule.from_json(tmp_path / "none.json")
+    with pytest.raises(ValueError, match="is a directory"):
+        Schedule.from_json(tmp_path)
+    bad = tmp_path / "s.json"
+    bad.write_text('{"format": "infermax.schedule/1",\n "batches": [],\n "batches": []}')
+    with pytest.raises(ValueError, match=f"{bad}.*duplicate key 'batches'"):
+        Schedule.from_json(bad)
+    bad.write_bytes(b"\xef\xbb\xbf" + Schedule(()).to_json().encode())      # a UTF-8 BOM is fine
+    assert len(Schedule.from_json(bad)) == 0
+
+
+@pytest.mark.parametrize("raw,message", [
+    ("8.5", "must be an integer, got '8.5'"), ("true", "must be an integer, got 'true'"),
+    ("inf", "must be an integer, got 'inf'"), ("1e30", "must be <= 2^53"), ("0", "must be a positive integer"),
+])
+def test_parse_count_refuses_what_is_not_a_count(raw, message):
+    with pytest.raises(ValueError, match=re.escape(f"Limits.M {message}")):
+        Limits.from_spec(f"M={raw}")
+    assert Limits.from_spec("M=1e12,C=100K").M == 10**12

@@ -15,15 +15,16 @@ import numpy as np
 STATUSES = ("optimal", "feasible", "infeasible", "unknown")
 
 
-class BackendUnavailable(RuntimeError):
-    """The solver package of a backend is not installed."""
+class BackendUnavailable(ImportError):
+    """The solver package of a backend is not installed (an ImportError: the CLI reports it as bad input)."""
 
     def __init__(self, name: str, pip: str) -> None:
         super().__init__(f"backend {name!r} needs a solver that is not installed; install it with: {pip}")
 
 
-class ModelTooLarge(RuntimeError):
-    """The solver's licence caps the model size (e.g. gurobipy's pip licence)."""
+class ModelTooLarge(ValueError):
+    """The solver's licence caps the model size (e.g. gurobipy's pip licence): this instance is too large for
+    this backend (a ValueError: the CLI reports it as bad input, exit status 2)."""
 
 
 @dataclass(frozen=True)

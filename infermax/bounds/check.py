@@ -55,15 +55,34 @@ class CheckResult:
                 "certified_gap": self.gap, "error": self.error, "metrics": self.metrics}
 
 
+def _label(scheduler: Any, schedule: Schedule | None) -> str:
+    """What to call the schedule's author: the scheduler given, else the one its meta names."""
+    if isinstance(scheduler, str):
+        return scheduler
+    if scheduler is not None:
+        return getattr(scheduler, "name", type(scheduler).__name__)
+    meta = schedule.meta.get("scheduler") if schedule is not None else None
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        return meta["name"]
+    if isinstance(meta, str):
+        return meta
+    if schedule is not None and schedule.meta.get("solver"):
+        return f"solve:{schedule.meta['solver']}"
+    return "unnamed schedule"
+
+
 def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any = None, *,
                     schedule: Schedule | None = None, claimed_latency_s: float | None = None,
                     optimum: bool = True, optimum_max_requests: int = 6, optimum_time_limit_s: float = 30.0,
                     progress: Callable[[str], None] | None = None) -> CheckResult:
-    """Check ``scheduler`` (a name, import path or instance) — or a ``schedule`` made elsewhere."""
+    """Check ``scheduler`` (a name, import path or instance) — or a ``schedule`` made elsewhere
+    (``scheduler`` is then only its label; None: the scheduler named in the schedule's meta, if any)."""
     from . import lower_bound
 
     workload, limits, cost = resolve_inputs(workload, limits, cost)
-    name = scheduler if isinstance(scheduler, str) else getattr(scheduler, "name", type(scheduler).__name__)
+    if scheduler is None and schedule is None:
+        raise ValueError("check_scheduler needs a scheduler or a schedule")
+    name = _label(scheduler, schedule)
     sched = None
     try:
         if schedule is None:

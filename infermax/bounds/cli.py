@@ -1,63 +1,119 @@
-"""``infermax bound``: certified optimality gap of a scheduler (exit 0 valid, 2 invalid, 3 beats the bound)."""
+"""``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound).
+
+    infermax bound [--scheduler vllm,sarathi] [--workload SPEC] [--limits ...] [--cost ...] [--json] [-q]
+    infermax bound --schedule DIR/schedule.json [--scheduler LABEL] [...]
+
+With ``--schedule`` the workload, limits and cost are those stored with the schedule
+(``workload.json``, ``limits.json``, ``cost.json`` beside it, else its meta; see
+:func:`infermax.rundir.schedule_inputs`) unless given; the output says which.
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 SHOW = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions", "num_batches")
+DEFAULT_SCHEDULER = "vllm"
+DEFAULT_WORKLOAD = "fixed:I=64,O=64,B=256"
+
+
+def _progress(total: int, enabled: bool):
+    """A tqdm bar over the check's steps (stderr); returns (callback, close)."""
+    if not enabled:
+        return None, lambda: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc="bound", leave=False, file=sys.stderr, disable=None)
+
+    def step(name: str) -> None:
+        bar.set_postfix_str(name)
+        bar.update(1)
+
+    return step, bar.close
+
+
+def _inputs(args: argparse.Namespace):
+    """(schedule, workload, limits, cost, judged, notes) for this command line."""
+    if not args.schedule:
+        return None, args.workload or DEFAULT_WORKLOAD, args.limits, args.cost, None, []
+    from infermax.rundir import load_schedule, schedule_inputs
+
+    schedule = load_schedule(args.schedule)
+    return (schedule, *schedule_inputs(args.schedule, schedule, args.workload, args.limits, args.cost))
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from infermax.cli import print_table
-    from infermax.types import Schedule
+    from infermax.cli import dumps_json, print_table
+    from infermax.rundir import judged_line
+    from infermax.engine import resolve_inputs
+    from infermax.schedulers import get_scheduler, split_specs
 
     from .check import check_scheduler
 
-    bar = None
-    if not args.json:
-        from tqdm import tqdm
-
-        bar = tqdm(total=6 if not args.no_optimum else 5, desc="bound", leave=False, file=sys.stderr, disable=None)
-
-    def progress(step: str) -> None:
-        if bar is not None:
-            bar.set_postfix_str(step)
-            bar.update(1)
-
-    schedule = Schedule.from_json(args.schedule) if args.schedule else None
-    try:
-        result = check_scheduler(args.scheduler, args.workload, args.limits, args.cost, schedule=schedule,
-                                 claimed_latency_s=args.claimed_latency, optimum=not args.no_optimum,
-                                 progress=progress)
-    finally:
-        if bar is not None:
-            bar.close()
+    schedule, workload, limits, cost, judged, notes = _inputs(args)
+    workload, limits, cost = resolve_inputs(workload, limits, cost)
+    if schedule is not None:
+        names: list[str | None] = [args.scheduler]           # only a label for a schedule made elsewhere
+    else:
+        names = split_specs(args.scheduler or DEFAULT_SCHEDULER)
+        if not names:
+            raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
+        for name in names:
+            get_scheduler(name)  # unknown names fail before any work
+    if judged is not None and not args.json:
+        print(judged_line(judged))
+        for note in notes:
+            print(f"note: {note}")
+    results = []
+    for name in names:
+        step, close = _progress(6 if not args.no_optimum else 5, not (args.json or args.quiet))
+        try:
+            results.append(check_scheduler(name, workload, limits, cost, schedule=schedule,
+                                           claimed_latency_s=args.claimed_latency, optimum=not args.no_optimum,
+                                           progress=step))
+        finally:
+            close()
+    exit_code = max(r.exit_code for r in results)
     if args.json:
-        print(json.dumps(result.to_dict()))
-        return result.exit_code
-    if result.error:
-        print(f"infermax bound: {result.error}", file=sys.stderr)
-    if result.exit_code == 2:
-        return 2
-    row = {"scheduler": result.scheduler, "latency_s": result.latency_s, "bound_s": result.bound_s,
-           "optimum_s": result.optimum_s if result.optimum_s is not None else float("nan"),
-           "certified_gap_%": 100 * result.gap, "bound_method": result.bound_method}
-    print_table([row], list(row))
-    print("bound methods: " + ", ".join(f"{k} {v:.6g} s" for k, v in result.bound_values.items()))
-    print_table([result.metrics], SHOW)
-    return result.exit_code
+        extra = {"judged_against": judged, "notes": notes} if judged is not None else {}
+        if len(results) == 1:
+            print(dumps_json({**results[0].to_dict(), **extra}))
+        else:
+            print(dumps_json({"exit_code": exit_code, "results": [r.to_dict() for r in results], **extra}))
+        return exit_code
+    for r in results:
+        if r.error:
+            print(f"infermax: error: {r.scheduler}: {r.error}", file=sys.stderr)
+    valid = [r for r in results if r.exit_code != 2]
+    if not valid:
+        return exit_code
+    rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
+             "optimum_s": r.optimum_s if r.optimum_s is not None else float("nan"),
+             "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
+    print_table(rows, list(rows[0]))
+    for r in valid:
+        prefix = f"{r.scheduler}: " if len(valid) > 1 else ""
+        print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} s" for k, v in r.bound_values.items()))
+    keys = ("scheduler", *SHOW) if len(valid) > 1 else SHOW
+    print_table([{"scheduler": r.scheduler, **r.metrics} for r in valid], keys)
+    return exit_code
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bound", help="certified optimality gap of a scheduler (exit 2: invalid, 3: beats bound)")
-    p.add_argument("--scheduler", default="vllm",
-                   help="registered name (see `infermax schedulers`) or package.module:Class")
-    p.add_argument("--workload", default="fixed:I=64,O=64,B=256", help="workload spec")
-    p.add_argument("--limits", default=None, help="limits spec, e.g. M=100000,C=4096")
-    p.add_argument("--cost", default=None, help="cost model name or JSON path")
+    p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound)")
+    p.add_argument("--scheduler", default=None,
+                   help=f"registered name(s), comma separated, or package.module:Class (default {DEFAULT_SCHEDULER}); "
+                        "with --schedule, only a label (default: the scheduler its meta names)")
+    p.add_argument("--workload", default=None, help=f"workload spec (default {DEFAULT_WORKLOAD}; with --schedule: "
+                   "workload.json beside it, else its meta)")
+    p.add_argument("--limits", default=None, help="limits spec, e.g. M=100000,C=4096 (with --schedule: "
+                   "limits.json beside it, else its meta)")
+    p.add_argument("--cost", default=None, help="cost model name or JSON path (with --schedule: cost.json beside "
+                   "it, else its meta)")
     p.add_argument("--schedule", help="judge this schedule JSON (made elsewhere) instead of simulating")
     p.add_argument("--claimed-latency", type=float, help="the latency (s) the scheduler claims for itself")
     p.add_argument("--no-optimum", action="store_true", help="never run the exact MILP")
-    p.add_argument("--json", action="store_true", help="one JSON object (for CI)")
+    p.add_argument("--json", action="store_true", help="one JSON object (for CI; several schedulers: "
+                   "{exit_code, results: [...]})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_bound)

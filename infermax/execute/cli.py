@@ -2,17 +2,17 @@
 
     infermax validate [--scheduler vllm,sarathi] [--workload fixed:I=64,O=16,B=16]
                       [--limits M=1024,C=256] [--profile DIR] [--device cpu|cuda]
-                      [--out DIR] [--json]
+                      [--out DIR] [--json] [-q]
 
 ``add_subcommands(subparsers)`` adds the command; its handler returns an exit
-status (0 success, 1 tokens differ from the reference or KV blocks leaked, 2 bad
-input). torch is imported only when the command runs.
+status (0 success, 1 tokens differ from the reference or KV blocks leaked); bad
+input raises ValueError, which ``infermax.cli.main`` reports (one line, exit 2).
+torch is imported only when the command runs.
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ def _text(summary: dict[str, Any]) -> str:
 
 
 def _write_outputs(report: Any, out: Path) -> list[Path]:
+    from infermax.cli import dumps_json
+
     from .validation import plot_validation
 
     out.mkdir(parents=True, exist_ok=True)
@@ -53,25 +55,53 @@ def _write_outputs(report: Any, out: Path) -> list[Path]:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "validation.json").write_text(json.dumps(report.summary(), indent=2))
+    (out / "validation.json").write_text(dumps_json(report.summary()))
     return [out / "validation_batches.csv", out / "validation.json", plot_validation(report, out / "validation.png")]
 
 
+class _StageBar:
+    """One tqdm bar per stage (profile passes, schedule runs) on stderr; silent with --json or -q."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled, self.bar, self.stage = enabled, None, None
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage != self.stage:
+            self.close()
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=stage, unit="pass" if stage == "profile" else "run", leave=False,
+                            file=sys.stderr, disable=None)
+            self.stage = stage
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.bar, self.stage = None, None
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
+    from infermax.cli import dumps_json
+    from infermax.rundir import out_dir
+
     from .validation import validate
 
+    if args.out:
+        out_dir(args.out)           # an --out that cannot be written fails before any measurement
+    bar = _StageBar(enabled=not (args.json or args.quiet))
     try:
         report = validate(args.scheduler, args.workload, args.limits, profile=args.profile, device=args.device,
-                          model=args.model, seed=args.seed, repeats=args.repeats, num_threads=args.threads)
-    except ValueError as exc:
-        if args.json:
-            print(json.dumps({"error": str(exc), "type": type(exc).__name__}))
-        print(f"infermax validate: error: {exc}", file=sys.stderr)
-        return 2
+                          model=args.model, seed=args.seed, repeats=args.repeats, num_threads=args.threads,
+                          progress=bar)
+    finally:
+        bar.close()
     summary = report.summary()
     written = _write_outputs(report, Path(args.out)) if args.out else []
     if args.json:
-        print(json.dumps(summary))
+        print(dumps_json(summary))
     else:
         print(_text(summary))
         for path in written:
@@ -98,4 +128,5 @@ def add_subcommands(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="weights and prompts seed")
     p.add_argument("--out", help="directory for validation.png, validation_batches.csv, validation.json")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_validate)

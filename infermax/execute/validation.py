@@ -28,7 +28,7 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -108,7 +108,7 @@ class ValidationReport:
 
 
 def resolve_profile(profile: "str | Path | None", model: str, device: str, grid: Any = None,
-                    seed: int = 0, threads: int | None = 1) -> Path:
+                    seed: int = 0, threads: int | None = 1, progress: Any = None) -> Path:
     """A profile directory holding mlp.csv and attention.csv, measured now if missing.
 
     ``profile`` may be the directory of the CSVs, or a root under which the
@@ -127,7 +127,8 @@ def resolve_profile(profile: "str | Path | None", model: str, device: str, grid:
             return nested
     else:
         root = Path(tempfile.mkdtemp(prefix="infermax-profile-"))
-    return profile_model(model, device=device, out_dir=root, grid=grid, seed=seed, threads=threads)
+    return profile_model(model, device=device, out_dir=root, grid=grid, seed=seed, threads=threads,
+                         progress=progress)
 
 
 def fit_cost_model(profile_dir: "str | Path", model: str = DEFAULT_MODEL, stat: str = "min") -> Any:
@@ -144,34 +145,37 @@ def validate(schedulers: "str | list[str]" = "vllm", workload: "Workload | str" 
              limits: "Limits | str | None" = DEFAULT_LIMITS, *, profile: "str | Path | None" = None,
              device: str = "cpu", model: str = DEFAULT_MODEL, seed: int = 0, repeats: int = 10,
              stat: str | None = None, num_threads: int | None = 1, grid: Any = None,
-             cost: Any = None) -> ValidationReport:
+             cost: Any = None, progress: "Callable[[str, int, int], None] | None" = None) -> ValidationReport:
     """Profile (or reuse ``profile``), fit, then simulate + execute + compare each scheduler.
 
     ``cost`` skips profiling and fitting and judges that cost model instead.
     ``stat`` (default ``min`` on CPU, ``median`` on CUDA) summarises both the
-    profile's and the executor's ``repeats`` runs.
+    profile's and the executor's ``repeats`` runs. ``progress(stage, done, total)``
+    reports the profiler's passes (stage ``"profile"``) and the schedule runs
+    (``"execute"``).
     """
     import infermax
-    from infermax.schedulers import get_scheduler
+    from infermax.schedulers import get_scheduler, split_specs
 
     from .model import build_model, prompt_tokens, reference_tokens
 
-    names = [s.strip() for s in schedulers.split(",")] if isinstance(schedulers, str) else list(schedulers)
-    names = [n for n in names if n]
+    names = split_specs(schedulers) if isinstance(schedulers, str) else [n for n in schedulers if n]
     for name in names:
         get_scheduler(name)                    # unknown names fail before any measurement
-    workload, limits, _ = resolve_inputs(workload, limits, None)
+    workload, limits, given_cost = resolve_inputs(workload, limits, cost)
+    cost = None if cost is None else given_cost      # a name or path given: the model it names
     workload.check_fits(limits)
     stat = stat or ("median" if device.startswith("cuda") else "min")
     profile_dir = "(given cost model)"
     if cost is None:
-        folder = resolve_profile(profile, model, device, grid, seed, num_threads)
+        on_pass = None if progress is None else (lambda done, total: progress("profile", done, total))
+        folder = resolve_profile(profile, model, device, grid, seed, num_threads, on_pass)
         cost, profile_dir = fit_cost_model(folder, model, stat), str(folder)
     net = build_model(model, device, seed)
     reference = reference_tokens(net, prompt_tokens(workload, net.cfg.vocab_size, seed), workload, num_threads)
     sims = [infermax.simulate(workload, name, limits, cost) for name in names]
     runs = _execute_interleaved([sim.schedule for sim in sims], workload, net, device, seed, limits, repeats, stat,
-                                num_threads)
+                                num_threads, progress)
     results = []
     for name, sim, run in zip(names, sims, runs):
         measured = run.measured_trace()
@@ -190,7 +194,7 @@ def validate(schedulers: "str | list[str]" = "vllm", workload: "Workload | str" 
 
 
 def _execute_interleaved(schedules: list[Any], workload: Workload, net: Any, device: str, seed: int, limits: Limits,
-                         repeats: int, stat: str, num_threads: int | None) -> list[Any]:
+                         repeats: int, stat: str, num_threads: int | None, progress: Any = None) -> list[Any]:
     """Execute every schedule ``repeats`` times, round-robin (one run of each, then again), and keep ``stat``.
 
     Each schedule's runs are spread over the whole measurement rather than one
@@ -199,8 +203,15 @@ def _execute_interleaved(schedules: list[Any], workload: Workload, net: Any, dev
     """
     from .executor import execute
 
-    rounds = [[execute(schedule, workload, net, device, seed, limits=limits, repeats=1, num_threads=num_threads)
-               for schedule in schedules] for _ in range(repeats)]
+    total = repeats * len(schedules)
+
+    def run(k: int, schedule: Any) -> Any:
+        result = execute(schedule, workload, net, device, seed, limits=limits, repeats=1, num_threads=num_threads)
+        if progress is not None:
+            progress("execute", k + 1, total)
+        return result
+
+    rounds = [[run(r * len(schedules) + i, schedule) for i, schedule in enumerate(schedules)] for r in range(repeats)]
     summarise = getattr(np, stat)
     out = []
     for i, first in enumerate(rounds[0]):

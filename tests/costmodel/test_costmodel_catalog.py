@@ -67,6 +67,18 @@ def test_json_path_and_parallel_suffix(tmp_path):
 
 
 def test_shipped_json_equals_a_fresh_refit(tmp_path):
+    """The shipped JSON is what the packaged profiles fit to, up to the fit's numerical noise.
+
+    The non-attention term is a max of two lines fitted by a non-convex robust least squares
+    (scipy ``least_squares`` with soft-L1 loss, then max-affine polishing that stops at the first
+    round that does not lower the loss). Where the loss is flat — two nearly parallel lines, as at
+    h100/llama2-7b TP 2 — where it stops moves with the floating-point details of the numerical
+    libraries: a refit on one machine differed from the shipped file by 2.1e-5 relative in its
+    predictions (5e-8 s on 3 ms). The check is on what the model is used for, its predictions
+    over N = 1..8191 tokens, within 1e-4 relative: 200 times below the fit's own held-out error
+    (median 2.3 % for a100/llama2-7b's non-attention term), so no real change in a fit passes
+    unnoticed. The attention coefficients come from convex fits and still agree to 1e-6.
+    """
     build_catalog(tmp_path)
     for name in fitted_names():
         shipped = load_fitted(name).describe()
@@ -77,7 +89,7 @@ def test_shipped_json_equals_a_fresh_refit(tmp_path):
                                   for t in shipped["tp_coefficients"]}}.items():
             ka, kb = LinearCoefficients.from_dict(a), LinearCoefficients.from_dict(b)
             n = np.arange(1, 8192)
-            np.testing.assert_allclose(ka.nonattention_s(n), kb.nonattention_s(n), rtol=1e-6,
+            np.testing.assert_allclose(ka.nonattention_s(n), kb.nonattention_s(n), rtol=1e-4,
                                        err_msg=f"{name} tp{tp_key}")
             for key in ("decode_bias_s", "decode_kv_s", "prefill_bias_s", "prefill_attn_s"):
                 assert getattr(ka, key) == pytest.approx(getattr(kb, key), rel=1e-6, abs=1e-12), (name, tp_key, key)

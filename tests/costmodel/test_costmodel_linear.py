@@ -1,5 +1,4 @@
 import json
-import time
 
 import numpy as np
 import pytest
@@ -92,11 +91,26 @@ def test_from_json_rejects_other_kinds():
         LinearCostModel.from_json('{"kind": "roofline"}')
 
 
-def test_batch_time_is_fast(batches):
-    model = LinearCostModel()
-    start = time.perf_counter()
-    for _ in range(100):
-        for b in batches:
-            model.batch_time(*b)
-    per_call = (time.perf_counter() - start) / (100 * len(batches))
-    assert per_call < 50e-6     # ~20k calls per simulated run stay well under a second
+@pytest.mark.parametrize("edit,match", [
+    (lambda d: d.pop("coefficients"), "has no coefficients"),
+    (lambda d: d["coefficients"].pop("decode_kv_s"), r"missing coefficient\(s\) decode_kv_s"),
+    (lambda d: d["coefficients"].update(decode_kv_s="2e-7"), "decode_kv_s must be a finite number >= 0, got '2e-7'"),
+    (lambda d: d["coefficients"].update(nonattn_lines=[[True, 1e-5]]), "nonattn_lines must hold"),
+    (lambda d: d.update(coefficients={**{k: 0.0 for k in d["coefficients"]}, "nonattn_lines": [[0.0, 0.0]]}),
+     "one-token decode batch 0 s"),
+])
+def test_from_json_refuses_incomplete_or_degenerate_coefficients(tmp_path, edit, match):
+    data = LinearCostModel().describe()
+    edit(data)
+    path = tmp_path / "cost.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=match) as info:
+        LinearCostModel.from_json(path)
+    assert str(path) in str(info.value)          # a file's errors name the file
+
+
+def test_from_json_names_the_line_of_a_syntax_error(tmp_path):
+    path = tmp_path / "cost.json"
+    path.write_text('{\n  "kind": "linear",\n  "coefficients": {,}\n}\n')
+    with pytest.raises(ValueError, match="line 3"):
+        LinearCostModel.from_json(path)
