@@ -17,6 +17,10 @@ loop of Algorithm 1 would do with it.
 Memory (CanAllocate's M check) counts *reserved* KV tokens of running requests:
 ``max(m, inp)`` (a prefill reserves its whole input at admission, as vLLM does)
 or, for eviction-free variants, ``I + O - 1`` reserved at admission.
+
+Without chunked prefill a decoding request that outgrows a one-batch refill is
+*pinned*: never evicted, and let grow only while every pinned request can still
+finish (:mod:`.pinning`).
 """
 from __future__ import annotations
 
@@ -28,7 +32,8 @@ import numpy as np
 from infermax.state import RUNNING, WAITING, ServingState
 
 from .base import Plan, Scheduler
-from .lookahead import admit_prefix, future_profile, ramps, stagger_gap
+from .lookahead import Admission
+from .pinning import PinGuard
 
 PREFILL, DECODE = 1, 2
 # what the members of a candidate group are (lets CanAllocate skip per-candidate work)
@@ -76,11 +81,13 @@ class Policy:
 class _Builder:
     """Budgets and choices of the batch under construction (one per next_batch call)."""
 
-    __slots__ = ("C", "P", "mem", "run", "phase", "idx", "tok", "evicted", "stamp", "j", "profile",
+    __slots__ = ("C", "P", "mem", "run", "pins", "phase", "idx", "tok", "evicted", "stamp", "j", "profile",
                  "future_refusal")
 
-    def __init__(self, C: int, P: int, mem: int, run: int, stamp: np.ndarray, j: int) -> None:
+    def __init__(self, C: int, P: int, mem: int, run: int, stamp: np.ndarray, j: int,
+                 pins: dict[int, tuple[int, int]] | None = None) -> None:
         self.C, self.P, self.mem, self.run = C, P, mem, run
+        self.pins = pins   # pinned {index: (m, peak)} after this batch's steps so far (None: no guard)
         self.phase = 0
         self.idx: list[np.ndarray] = []
         self.tok: list[np.ndarray] = []
@@ -132,13 +139,16 @@ class GetNextBatch(Scheduler):
         self._stamp = np.full(n, -1, dtype=np.int64)
         self._peak = state.input_lens + state.output_lens - 1
         self._version = -1
-        self._last_admit = -(1 << 40)
         self._future_refusal = False
         lim, p = state.limits, self.policy
         self._P = min(p.P, lim.P) if p.P is not None else lim.P
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
+        # largest (re)fill one batch can hold without chunked prefill (None: chunks have no such bound)
+        self._cap = None if p.chunked else min(lim.C, self._P)
+        self._admission = Admission(self._P, self._R, p.priority, p.hybrid) if p.lookahead else None
+        self._pins = PinGuard(self._cap, self._peak, lim.M, p.hybrid, active=not (p.eviction_free or p.lookahead))
         if not p.chunked:
-            cap = min(lim.C, self._P)
+            cap = self._cap
             too_long = np.flatnonzero(state.input_lens > cap)
             if too_long.size:
                 i = int(too_long[0])
@@ -179,7 +189,8 @@ class GetNextBatch(Scheduler):
         running = self._sets(state)[0]
         lim = state.limits
         mem_free = lim.M - int(self._reserved(state, running).sum())
-        b = _Builder(lim.C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches)
+        b = _Builder(lim.C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
+                     self._pins.start(state, running))
         for group, kind in self.group_requests(state):
             if group.size:
                 if b.evicted:
@@ -205,7 +216,7 @@ class GetNextBatch(Scheduler):
         if not self.policy.eviction_free:
             free = state.limits.M - int(self._reserved(state, idx).sum())
             horizon = min(horizon, free // idx.size)
-        return max(horizon, 0)
+        return max(self._pins.repeat_limit(state, idx, horizon), 0)
 
     def _needs(self, state: ServingState, cand: np.ndarray):
         """Per candidate: tokens wanted, decode?, prefill tokens, new KV reserved, newly running."""
@@ -237,6 +248,8 @@ class GetNextBatch(Scheduler):
         if kind == DECODE_GROUP:
             per = 0 if self.policy.eviction_free else 1
             k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
+            if b.pins is not None:
+                k = self._pins.after(state, b, rest[:k], np.ones(k, dtype=np.int64))[0]
             return rest, k, np.ones(k, dtype=np.int64), (k, 0, k * per, 0), DECODE
         if kind == PREFILL_GROUP or kind == WAITING_GROUP:
             inp = state.inp[rest]
@@ -251,7 +264,10 @@ class GetNextBatch(Scheduler):
                 c_mem = np.cumsum(self._peak[rest]) if self.policy.eviction_free else c_tok
                 k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
-                    k = self._lookahead(state, b, rest[:k])
+                    k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
+                if b.pins is not None:
+                    k, k_all = self._pins.after(state, b, rest[:k], tok[:k])[0], k
+                    b.future_refusal |= k < k_all   # the pinned requests' room changes as they grow
                 mem = int(c_mem[k - 1]) if k else 0
             used = int(c_tok[k - 1]) if k else 0
             return rest, k, tok[:k], (used, used, mem, k if kind == WAITING_GROUP else 0), PREFILL
@@ -271,32 +287,6 @@ class GetNextBatch(Scheduler):
         totals = (int(c_tok[last]), int(c_pf[last]), int(c_mem[last]), int(c_new[last]))
         return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
 
-    def _lookahead(self, state: ServingState, b: _Builder, cand: np.ndarray) -> int:
-        """How many of ``cand`` (waiting, in order) keep the predicted KV within M in every future batch.
-
-        Admissions are also staggered: one per ``gap`` batches, where ``gap`` spreads the
-        ages of the running requests evenly over their output length, so that completions
-        (and the KV they free) arrive steadily instead of in waves.
-        """
-        gap = stagger_gap(state, int(cand[0])) if self._sets(state)[0].size else 0
-        if gap > 1:
-            if b.j - self._last_admit < gap:
-                b.future_refusal = True
-                return 0
-            cand = cand[:1]
-        if b.profile is None:
-            running = self._sets(state)[0]
-            running = running[~np.isin(running, b.evicted)] if b.evicted else running
-            base, f, r = ramps(state, running, self._P)
-            horizon = int(max(r.max(initial=0), (state.output_lens[cand] + state.inp[cand]).max()))
-            b.profile = future_profile(base, f, r, horizon + 1)
-        q = admit_prefix(b.profile, *ramps(state, cand, self._P), state.limits.M)
-        if q < cand.size or gap > 1:
-            b.future_refusal = True
-        if q:
-            self._last_admit = b.j
-        return q
-
     def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
         return int(self._peak[rest[0]]) if self.policy.eviction_free else int(tok[0])
 
@@ -309,19 +299,29 @@ class GetNextBatch(Scheduler):
             if k:
                 b.take(rest[:k], tok, phase)
                 b.C, b.P, b.mem, b.run = b.C - d_tok, b.P - d_pf, b.mem - d_mem, b.run - d_new
-            if k == rest.size:
-                return
+                if b.pins is not None:
+                    b.pins = self._pins.after(state, b, rest[:k], tok, check=False)[1]
+            if k == rest.size or b.C == 0:
+                return  # (with no token left, evicting for the next candidate could not let it run)
             x = int(rest[k])
             rest = rest[k + 1:]
             tx, dx, mx, nx = self._need_one(state, x)
             # hook 4: GotoNextGroupOrEvict
+            if dx and b.pins is not None and self._pins.refuses(state, b, x):
+                if self._pins.pinned(state, np.array([x]))[0]:
+                    # x waits, and so does every pinned request needing as much (slack only shrinks)
+                    need = self._peak[rest] - state.m[rest]
+                    rest = rest[~(self._pins.pinned(state, rest) & (need >= self._peak[x] - state.m[x]))]
+                else:   # preempted while its refill still fits in one batch
+                    rest = self._evict(b, np.array([x]), int(state.m[x]), rest)
+                continue
             if mx > b.mem and dx and not pol.eviction_free:
                 rest = self._evict_for(state, b, x, mx, rest)
                 continue
             if mx <= b.mem and nx <= b.run and not dx and pol.chunked:
                 chunk = min(tx, b.C, b.P)
                 if chunk >= 1 and nx and pol.lookahead:
-                    chunk *= self._lookahead(state, b, np.array([x]))
+                    chunk *= self._admission.admit(state, b, self._sets(state)[0], np.array([x]), np.array([chunk]))
                 if chunk >= 1:
                     b.take(np.array([x]), np.array([chunk]), PREFILL)
                     b.C, b.P, b.mem, b.run = b.C - chunk, b.P - chunk, b.mem - mx, b.run - nx
@@ -347,23 +347,30 @@ class GetNextBatch(Scheduler):
         """Evict lowest-priority running requests (not in the batch) until ``x`` fits; else ``x`` itself.
 
         Returns the remaining candidates, with ``x`` first again when it can now be allocated.
+        A pinned request (see the module docstring) is never a victim; if ``x`` is pinned and
+        the victims cannot free enough, nothing is evicted and ``x`` waits in place.
         """
         running = self._sets(state)[0]
-        victims = running[(self._pos[running] > self._pos[x]) & (b.stamp[running] != b.j)][::-1]
+        victims = running[(self._pos[running] > self._pos[x]) & (b.stamp[running] != b.j)]
+        victims = victims[~self._pins.pinned(state, victims)][::-1]
         freed = np.cumsum(self._reserved(state, victims))
         short = need - b.mem
         if victims.size and freed[-1] >= short:
             v = int(np.searchsorted(freed, short)) + 1
-            chosen, gain, retry = victims[:v], int(freed[v - 1]), True
-        else:
-            chosen, gain, retry = np.append(victims, x), int(freed[-1]) if victims.size else 0, False
-            gain += int(self._reserved(state, np.array([x]))[0])
+            return np.concatenate(([x], self._evict(b, victims[:v], int(freed[v - 1]), rest)))
+        if self._pins.pinned(state, np.array([x]))[0]:
+            return rest
+        gain = (int(freed[-1]) if victims.size else 0) + int(self._reserved(state, np.array([x]))[0])
+        return self._evict(b, np.append(victims, x), gain, rest)
+
+    @staticmethod
+    def _evict(b: _Builder, chosen: np.ndarray, gain: int, rest: np.ndarray) -> np.ndarray:
+        """Evict ``chosen`` (freeing ``gain`` reserved KV tokens); returns ``rest`` without them."""
         b.evicted.extend(chosen.tolist())
         b.stamp[chosen] = b.j
         b.mem += gain
         b.run += chosen.size
-        rest = rest[b.stamp[rest] != b.j]
-        return np.concatenate(([x], rest)) if retry else rest
+        return rest[b.stamp[rest] != b.j]
 
 
 def register_family(name: str, doc: str, lookahead: bool = True, **policy) -> None:

@@ -1,0 +1,134 @@
+"""DESIGN invariant 6: every registered scheduler finishes every feasible instance, or refuses
+it before simulating with a message naming the limit (issue 18 §2).
+
+Feasible = every request fits in M (I + O - 1 <= M). The instances are small and tight (M
+near the largest peak, small C and P) so that non-chunked schedulers must evict decoding
+requests whose refill (m + 1 tokens) no longer fits in one batch.
+"""
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infermax import Limits, Workload, replay, simulate
+from infermax.costmodel import get_cost_model
+from infermax.schedulers import get_scheduler
+from infermax.state import ServingState
+
+from factories import ALL_SCHEDULERS, make_workload
+
+LIMIT_NAMED = re.compile(r"\b(C|P|M|R_max) = \d+")
+
+
+def _at_risk(name: str) -> bool:
+    """Schedulers that evict without chunked prefill (their refills must fit one batch), and the
+    look-ahead variants (which must not evict at all)."""
+    d = get_scheduler(name).describe()
+    return name.endswith("-la") or (d.get("chunked") is False and not d.get("eviction_free"))
+
+
+AT_RISK = [n for n in ALL_SCHEDULERS if _at_risk(n)]
+OTHERS = [n for n in ALL_SCHEDULERS if not _at_risk(n)]
+
+
+@st.composite
+def tight_instances(draw):
+    """(workload, limits): 1-6 requests of I, O in 1..12; M at most 10 above the largest peak;
+    C mostly just above the longest prompt (so that decodes outgrow a one-batch refill), else
+    anything in 1..16; P sometimes below C; R_max sometimes; online arrivals sometimes."""
+    n = draw(st.integers(1, 6))
+    ins = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
+    outs = draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
+    M = max(i + o - 1 for i, o in zip(ins, outs)) + draw(st.integers(0, 10))
+    if draw(st.integers(0, 3)):
+        C = max(ins) + draw(st.sampled_from([0, 0, 1, 2, 4]))
+    else:
+        C = draw(st.integers(1, 16))
+    P = draw(st.one_of(st.none(), st.none(), st.integers(1, C)))
+    R_max = draw(st.one_of(st.none(), st.none(), st.integers(1, n)))
+    arrivals = None
+    if draw(st.integers(0, 3)) == 0:
+        arrivals = sorted(draw(st.lists(st.floats(0, 0.3, allow_nan=False), min_size=n, max_size=n)))
+    return Workload.from_lengths(ins, outs, arrivals, name="tight"), Limits(M=M, C=C, P=P, R_max=R_max)
+
+
+def finishes_or_refuses(name: str, workload: Workload, limits: Limits):
+    """Run ``name``: None if it refused at reset (checked here), else the replayed SimResult."""
+    try:
+        get_scheduler(name).reset(ServingState(workload, limits, get_cost_model(None)))
+    except ValueError as exc:
+        assert LIMIT_NAMED.search(str(exc)) and re.search(r"request \d+", str(exc)), str(exc)
+        # only a prompt that no batch can hold whole justifies a refusal
+        assert (workload.input_lens > min(limits.C, limits.P)).any(), str(exc)
+        return None
+    result = simulate(workload, name, limits)   # never SchedulerStuckError
+    # the judge accepts it, and it finishes every request: exactly O tokens each (a request is
+    # done at gen == O and may not run again), after I + O - 1 tokens plus what evictions discarded
+    trace = replay(result.schedule, workload, limits)
+    assert trace == result.trace
+    assert np.isfinite(trace.requests["completion_s"]).all()
+    processed = np.zeros(len(workload), dtype=np.int64)
+    for batch in result.schedule:
+        np.add.at(processed, workload.indices_of(batch.ids), batch.tokens)
+    assert np.array_equal(processed, workload.input_lens + workload.output_lens - 1 + trace.requests["refill_tokens"])
+    return result
+
+
+@pytest.mark.parametrize("name", AT_RISK)
+@settings(max_examples=80)
+@given(inst=tight_instances())
+def test_evicting_and_lookahead_schedulers_finish_or_refuse(name, inst):
+    result = finishes_or_refuses(name, *inst)
+    if name.endswith("-la") and result is not None:   # look-ahead admission: no future KV overflow
+        assert result.metrics["num_evictions"] == 0
+
+
+@pytest.mark.parametrize("name", OTHERS)
+@settings(max_examples=15)
+@given(inst=tight_instances())
+def test_other_schedulers_finish_or_refuse(name, inst):
+    finishes_or_refuses(name, *inst)
+
+
+# --- the instances of issue 18 §2 ------------------------------------------------------------
+TOY = [([1, 1], [2, 2], Limits(M=2, C=1), 0.036481),   # vllm, vllm-hy were stuck
+       ([1, 1], [3, 2], Limits(M=4, C=1), 0.045516)]   # vllm-la, vllm-hy-la too
+
+
+@pytest.mark.parametrize("ins, outs, limits, optimum_s", TOY)
+@pytest.mark.parametrize("name", ALL_SCHEDULERS)
+def test_issue_instances_finish(name, ins, outs, limits, optimum_s):
+    result = finishes_or_refuses(name, make_workload(list(zip(ins, outs))), limits)
+    assert result.metrics["latency_s"] >= optimum_s - 1e-6   # nothing beats the optimum
+    if name.endswith("-la"):
+        assert result.metrics["num_evictions"] == 0
+
+
+@pytest.mark.parametrize("name", ["sarathi-la", "sarathi-pc-la"])
+def test_chunked_lookahead_predicts_a_fill_that_shares_C_with_decodes(name):
+    # request 5 (I = 12) is admitted with a 10-token chunk next to two decodes (C = 12): it needs a
+    # second batch to fill, which the look-ahead once missed (and evicted it a batch later)
+    w = make_workload([(10, 12), (3, 4), (6, 5), (3, 9), (7, 1), (12, 1)])
+    result = finishes_or_refuses(name, w, Limits(M=26, C=12, R_max=6))
+    assert result.metrics["num_evictions"] == 0
+
+
+def test_vllm_finishes_when_decodes_outgrow_C():
+    # a decoding request holds more than C = 4096 tokens when memory runs short: it may not be
+    # evicted (its refill could never be scheduled again), so the others wait or are evicted
+    w = Workload.from_spec("fixed:I=1024,O=4096,B=64")
+    limits = Limits(M=100_000, C=4096)
+    result = finishes_or_refuses("vllm", w, limits)
+    assert result.metrics["num_evictions"] > 0
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-hy", "sarathi-nocp", "sarathi-nohy"])
+def test_fast_forward_stops_where_the_pin_guard_decides(name):
+    # decodes outgrow a one-batch refill (I + O - 1 = 319 > C = 128) and not all fit in M together
+    w = Workload.from_spec("fixed:I=64,O=256,B=16")
+    limits = Limits(M=3000, C=128)
+    fast = finishes_or_refuses(name, w, limits)
+    slow = simulate(w, name, limits, fast_forward=False)
+    assert fast.schedule == slow.schedule and fast.trace == slow.trace
