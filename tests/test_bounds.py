@@ -18,7 +18,7 @@ from factories import ALL_SCHEDULERS, small_instances
 METHODS = ("work", "lp", "lagrangian")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=small_instances(max_requests=10, max_len=30))
 def test_bound_never_exceeds_any_heuristic(inst):
     workload, limits = inst
@@ -146,7 +146,7 @@ def test_unsupported_objective_and_methods_are_named():
         lower_bound("fixed:I=4,O=4,B=4", objective="ttft", methods=("lp",))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(inst=small_instances(max_requests=8, max_len=24, online=True))
 def test_every_objective_bound_stays_below_every_heuristic(inst):
     """Mean TTFT, end-to-end and TPOT bounds (each request alone) and the throughput bound (an upper

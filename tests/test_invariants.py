@@ -12,7 +12,7 @@ from factories import ALL_SCHEDULERS, make_workload, small_instances
 
 
 @pytest.mark.parametrize("name", ALL_SCHEDULERS)
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=small_instances())
 def test_replay_reproduces_simulation(name, inst):
     workload, limits = inst
@@ -37,7 +37,7 @@ def test_replay_reproduces_simulation(name, inst):
 
 
 @pytest.mark.parametrize("name", ["vllm", "sarathi", "sarathi-nohy-ef", "rank-i", "vllm-hy-ef", "sarathi-la", "vllm-la"])
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(inst=small_instances(max_requests=16, max_len=60))
 def test_fast_forward_changes_nothing(name, inst):
     workload, limits = inst
@@ -48,7 +48,7 @@ def test_fast_forward_changes_nothing(name, inst):
 
 
 @pytest.mark.parametrize("name", ["vllm-ef", "sarathi-ef", "sarathi-pc-ef", "rank-o-ef"])
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(inst=small_instances(online=False))
 def test_eviction_free_variants_never_evict(name, inst):
     workload, limits = inst
@@ -59,7 +59,7 @@ CHUNKED = [n for n in ALL_SCHEDULERS if n.startswith(("sarathi", "rank")) and "n
 
 
 @pytest.mark.parametrize("name", CHUNKED)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(inst=small_instances(small_P=True))
 def test_chunked_prefill_with_tiny_P(name, inst):
     workload, limits = inst

@@ -17,17 +17,21 @@ pytest.importorskip("ipykernel")
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 NAMES = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 NEEDS_SOLVER = {"04_optimal_evictions"}
+# the three heaviest in SMALL mode (about 55 s of CPU together) run with -m slow: their claims are
+# also checked in the default run, by tests/test_findings.py (01, 03) and tests/test_longctx.py (07)
+SLOW = {"01_high_contention", "03_memory_sweep", "07_long_context"}
 # infermax.txt §4 and App. A (their FULL-run figures and findings are committed under notebooks/figures/)
 REPRODUCTIONS = ("01_high_contention", "02_eviction_free", "03_memory_sweep", "04_optimal_evictions", "05_rmax",
                  "06_ranking")
 
 
 def _param(name: str):
-    if name not in NEEDS_SOLVER:
-        return name
-    missing = importlib.util.find_spec("ortools") is None
-    skip = pytest.mark.skipif(missing, reason="needs ortools (pip install 'infermax[solvers]')")
-    return pytest.param(name, marks=[pytest.mark.solver, skip])
+    marks = [pytest.mark.slow] if name in SLOW else []
+    if name in NEEDS_SOLVER:
+        missing = importlib.util.find_spec("ortools") is None
+        marks += [pytest.mark.solver,
+                  pytest.mark.skipif(missing, reason="needs ortools (pip install 'infermax[solvers]')")]
+    return pytest.param(name, marks=marks)
 
 
 def test_the_paper_reproductions_are_there():

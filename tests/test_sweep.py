@@ -187,6 +187,7 @@ def ray_session():
         os.environ["RAY_AUTH_MODE"] = old
 
 
+@pytest.mark.slow   # 240 cells twice (about 10 s of CPU); the resume test below runs Ray by default
 def test_ray_sweep_of_240_cells_equals_local(ray_session):
     cells = SweepConfig.from_dict(RAY_GRID).cells()
     assert len(cells) >= 200

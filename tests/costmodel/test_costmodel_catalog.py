@@ -1,12 +1,12 @@
 """Named models: the default is the fitted A100 + Llama-2-7B model; shipped JSON = a fresh re-fit."""
-import json
 
 import numpy as np
 import pytest
 
 from infermax.costmodel import (LinearCoefficients, LinearCostModel, ProfiledCostModel, RooflineCostModel,
                                 available_cost_models, get_cost_model)
-from infermax.costmodel.catalog import build_catalog, fitted_names, load_fitted
+from infermax.costmodel.catalog import build_catalog, fit_catalog_entry, fitted_names, load_fitted
+from infermax.costmodel.profiles import available_profiles
 
 
 def test_default_is_the_fitted_a100_llama2_7b_model():
@@ -66,7 +66,18 @@ def test_json_path_and_parallel_suffix(tmp_path):
         get_cost_model(str(path), parallel=ParallelConfig(tp=2))
 
 
-def test_shipped_json_equals_a_fresh_refit(tmp_path):
+@pytest.mark.slow   # refits all five packaged profiles
+def test_build_catalog_writes_every_fitted_model(tmp_path):
+    written = build_catalog(tmp_path)
+    assert sorted(p.name for p in written) == sorted(n.replace("/", "_") + ".json" for n in fitted_names())
+
+
+# the default model's profile is refitted in every run; the other four (a few seconds each) with -m slow
+REFITS = [p if p == "a100/Llama-2-7b-hf" else pytest.param(p, marks=pytest.mark.slow) for p in available_profiles()]
+
+
+@pytest.mark.parametrize("profile", REFITS)
+def test_shipped_json_equals_a_fresh_refit(profile):
     """The shipped JSON is what the packaged profiles fit to, up to the fit's numerical noise.
 
     The non-attention term is a max of two lines fitted by a non-convex robust least squares
@@ -79,17 +90,16 @@ def test_shipped_json_equals_a_fresh_refit(tmp_path):
     (median 2.3 % for a100/llama2-7b's non-attention term), so no real change in a fit passes
     unnoticed. The attention coefficients come from convex fits and still agree to 1e-6.
     """
-    build_catalog(tmp_path)
-    for name in fitted_names():
-        shipped = load_fitted(name).describe()
-        fresh = json.loads((tmp_path / (name.replace("/", "_") + ".json")).read_text())
-        assert fresh["description"] == shipped["description"]
-        for tp_key, (a, b) in {"1": (shipped["coefficients"], fresh["coefficients"]),
-                               **{t: (shipped["tp_coefficients"][t], fresh["tp_coefficients"][t])
-                                  for t in shipped["tp_coefficients"]}}.items():
-            ka, kb = LinearCoefficients.from_dict(a), LinearCoefficients.from_dict(b)
-            n = np.arange(1, 8192)
-            np.testing.assert_allclose(ka.nonattention_s(n), kb.nonattention_s(n), rtol=1e-4,
-                                       err_msg=f"{name} tp{tp_key}")
-            for key in ("decode_bias_s", "decode_kv_s", "prefill_bias_s", "prefill_attn_s"):
-                assert getattr(ka, key) == pytest.approx(getattr(kb, key), rel=1e-6, abs=1e-12), (name, tp_key, key)
+    fresh = fit_catalog_entry(profile).describe()
+    name = fresh["name"]
+    shipped = load_fitted(name).describe()
+    assert fresh["description"] == shipped["description"]
+    for tp_key, (a, b) in {"1": (shipped["coefficients"], fresh["coefficients"]),
+                           **{t: (shipped["tp_coefficients"][t], fresh["tp_coefficients"][t])
+                              for t in shipped["tp_coefficients"]}}.items():
+        ka, kb = LinearCoefficients.from_dict(a), LinearCoefficients.from_dict(b)
+        n = np.arange(1, 8192)
+        np.testing.assert_allclose(ka.nonattention_s(n), kb.nonattention_s(n), rtol=1e-4,
+                                   err_msg=f"{name} tp{tp_key}")
+        for key in ("decode_bias_s", "decode_kv_s", "prefill_bias_s", "prefill_attn_s"):
+            assert getattr(ka, key) == pytest.approx(getattr(kb, key), rel=1e-6, abs=1e-12), (name, tp_key, key)

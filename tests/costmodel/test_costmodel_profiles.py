@@ -60,7 +60,7 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_missing_file_and_profile(tmp_path):
-    with pytest.raises(MissingProfileError, match="none of mlp.csv"):
+    with pytest.raises(MissingProfileError, match="has no mlp.csv"):
         load_mlp_profile(tmp_path)
     with pytest.raises(MissingProfileError, match="no packaged profile"):
         load_mlp_profile("h100/llama3-8b")

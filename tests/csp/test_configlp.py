@@ -98,6 +98,7 @@ def test_building_it_prints_nothing():
     assert out.stdout == "True\n", out.stdout
 
 
+@pytest.mark.slow   # a reach measurement (seconds of A*), also in benchmarks/milp_bench.py --sections astar
 def test_a_star_with_refined_tables_keeps_the_optimum_and_expands_fewer_states(cost):
     """B = 7: the configuration LP for Y = 23 converges, raises the root bound to 0.22149 s and cuts the
     states A* expands (3,087 with the trajectory LP's tables alone, 2,222 measured with both)."""

@@ -137,7 +137,7 @@ def test_search_refuses_what_it_cannot_price(cost):
 
 @pytest.mark.slow
 @pytest.mark.solver
-def test_seven_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
+def test_seven_homogeneous_requests_are_proven_optimal(cost):
     r = solve_optimal("fixed:I=16,O=16,B=7", "M=128,C=4096", cost, time_limit_s=60)
     assert r.status == "optimal" and r.gap <= 1e-4
     assert len(r.schedule) == 23
@@ -145,7 +145,7 @@ def test_seven_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
 
 @pytest.mark.slow
 @pytest.mark.solver
-def test_eight_homogeneous_requests_are_proven_optimal_within_a_minute(cost):
+def test_eight_homogeneous_requests_are_proven_optimal(cost):
     """Needs the trajectory LP's tables (A* alone took 90 s here): optimum 0.252486 s, 26 batches."""
     r = solve_optimal("fixed:I=16,O=16,B=8", "M=128,C=4096", cost, time_limit_s=60)
     assert r.status == "optimal" and r.gap <= 1e-4

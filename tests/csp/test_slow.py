@@ -1,4 +1,8 @@
-"""The heavy reproductions (run with ``pytest -m slow``): the full §4.5 grid and a scale point."""
+"""The heavy reproductions (run with ``pytest -m slow``): the full §4.5 grid and a scale point.
+
+They need proofs that take seconds to a minute here; the proof is the assertion, the wall time only
+the budget given to it (time itself is measured in benchmarks/milp_bench.py, never asserted).
+"""
 from __future__ import annotations
 
 import pytest
@@ -11,10 +15,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.solver]
 
 
 @pytest.mark.parametrize("I", [2 ** k for k in range(11)])
-def test_section45_grid_is_proven_optimal_within_a_minute(cost, I):
+def test_section45_grid_is_proven_optimal(cost, I):
     workload, limits, _ = resolve_inputs(*section45(I), cost)
     opt = solve_optimal(workload, limits, cost, time_limit_s=60)
-    assert opt.status == "optimal" and opt.gap <= 1e-4 and opt.wall_s <= 75
+    assert opt.status == "optimal" and opt.gap <= 1e-4
     ef = solve_optimal(workload, limits, cost, time_limit_s=60, policy=Policy(allow_eviction=False))
     assert ef.status == "optimal" and ef.metrics["num_evictions"] == 0
     assert ef.objective >= opt.bound * (1 - 1e-9)          # the class optimum can't beat the global bound

@@ -103,6 +103,7 @@ def test_the_lp_prices_residency_the_class_state_bound_does_not(cost):
     assert lp.value_s == pytest.approx(bound, rel=1e-6)      # the Lagrangian at the start is the LP value
 
 
+@pytest.mark.slow   # a reach measurement (seconds of A*), also in benchmarks/milp_bench.py --sections astar
 def test_the_tables_cut_a_stars_expansions_by_two_fifths_on_seven_requests(cost):
     """Measured: 5,938 states expanded without the tables, 3,087 with them."""
     w, lim = Workload.from_spec("fixed:I=16,O=16,B=7"), Limits(M=128, C=4096)

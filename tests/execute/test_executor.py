@@ -47,7 +47,13 @@ def test_small_m_makes_the_evicting_schedulers_evict():
         assert infermax.simulate(EVICTING, name, EVICTING_LIMITS).metrics["num_evictions"] > 0, name
 
 
-@pytest.mark.parametrize("scheduler", available())
+# one scheduler per way of building batches runs by default; every other registered one with -m slow
+REPRESENTATIVE = {"vllm", "vllm-ef", "vllm-la", "vllm-hy", "sarathi", "sarathi-nocp", "sarathi-nohy", "rank-i",
+                  "medha", "pecsched"}
+
+
+@pytest.mark.parametrize("scheduler", [n if n in REPRESENTATIVE else pytest.param(n, marks=pytest.mark.slow)
+                                       for n in available()])
 def test_every_scheduler_generates_the_reference_tokens(scheduler, model, reference):
     sim = infermax.simulate(EVICTING, scheduler, EVICTING_LIMITS)
     result = execute(sim.schedule, EVICTING, model, limits=EVICTING_LIMITS, warmup=False)
