@@ -110,9 +110,12 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
         res = solve_optimal(workload, limits=limits, cost=cost, time_limit_s=optimum_time_limit_s)
         if res.status == "optimal":
             optimum_s = float(res.objective)
-        bound_values = {**bound.values, "milp": float(res.bound)}
-        best_value = max(bound.value, float(res.bound))
-        best_method = "milp" if res.bound > bound.value else bound.method
+        bound_values = dict(bound.values)
+        best_value, best_method = bound.value, bound.method
+        if res.bound is not None:          # certified, as solve_optimal's bounds always are
+            bound_values["milp"] = float(res.bound)
+            if res.bound > bound.value:
+                best_value, best_method = float(res.bound), "milp"
     else:
         bound_values, best_value, best_method = dict(bound.values), bound.value, bound.method
     code, error = VALID, None

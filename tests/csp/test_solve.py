@@ -154,3 +154,16 @@ def test_combine_keeps_the_higher_throughput_and_the_lower_throughput_bound(cost
     worse = dataclasses.replace(r, objective=r.objective * 0.9, bound=r.bound * 1.1, info={**r.info, "method": "x"})
     c = combine(worse, r, 1e-4, time.perf_counter())
     assert c.objective == r.objective and c.bound == r.bound and c.status == "optimal"
+
+
+def test_online_schedules_wait_only_for_arrivals(cost):
+    """Solver start times used to become ``not_before_s`` and added 1e-10 to 5e-8 s of idle; now a batch
+    carries ``not_before_s`` only when it waits, and then exactly the arrival of one of its requests."""
+    w = Workload.from_lengths([3, 2, 4], [2, 3, 2], [0.0, 0.013, 0.05])
+    r = solve_optimal(w, Limits(M=9, C=4), cost, method="per-request", time_limit_s=20, stop_early=False)
+    assert r.info["solution_from"] == "solver"
+    arrivals = dict(zip(w.ids.tolist(), w.arrivals_s.tolist()))
+    waits = [b.not_before_s for b in r.schedule.batches if b.not_before_s]
+    assert waits == [0.05]
+    for b in r.schedule.batches:
+        assert b.not_before_s == 0.0 or b.not_before_s in {arrivals[i] for i in b.ids.tolist()}
