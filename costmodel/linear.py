@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from .base import CostModel
+from .jsonfile import load_json
 
 FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K) + "
            "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P) + request_s*R; N = sum c, "
@@ -60,47 +61,6 @@ _OPTIONAL = ("prefill_token_s", "request_s")
 def _is_real(value: Any) -> bool:
     """A number: int or float (NumPy's too), not bool, not str."""
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
-
-
-def load_json(source: "str | Path", what: str = "cost model") -> tuple[Any, str | None]:
-    """Parse JSON text (a str starting with ``{``) or a JSON file; returns ``(data, path or None)``.
-
-    The cost model's copy of ``infermax.schedule.load_json`` (costmodel imports nothing of the
-    core): every failure is a ValueError naming the file and what is wrong — no such file, a
-    directory, not UTF-8, the line of a syntax error, a duplicate key.
-    """
-    def refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in out:
-                raise ValueError(f"duplicate key {key!r} in a JSON object")
-            out[key] = value
-        return out
-
-    path = None
-    if isinstance(source, Path) or not str(source).lstrip("\ufeff \t\r\n").startswith(("{", "[")):
-        path = str(source)
-        label = f"{what} file {path!r}"
-        try:
-            text = Path(path).read_bytes().decode("utf-8-sig")
-        except FileNotFoundError:
-            raise ValueError(f"{label} does not exist (no such file)") from None
-        except UnicodeDecodeError:
-            raise ValueError(f"{label} is not a text file (not UTF-8; a binary file?)") from None
-        except OSError as exc:
-            what_is = "is a directory" if Path(path).is_dir() else f"cannot be read ({exc.strerror or exc})"
-            raise ValueError(f"{label} {what_is}") from None
-    else:
-        label, text = f"{what} JSON", str(source).lstrip("\ufeff")
-    try:
-        return json.loads(text, object_pairs_hook=refuse_duplicates), path
-    except json.JSONDecodeError as exc:
-        first = text.lstrip().split("\n", 1)[0]
-        if "," in first and not first.startswith(("{", "[")):
-            raise ValueError(f"{label} is not a {what} JSON (it looks like a CSV)") from None
-        raise ValueError(f"{label}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
-    except (ValueError, RecursionError) as exc:
-        raise ValueError(f"{label}: {exc}") from None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -255,7 +215,7 @@ class LinearCostModel(CostModel):
         Refused, naming the file and the field: a missing or non-object ``coefficients``, a missing,
         non-numeric or negative coefficient, and a model under which some batch takes 0 s.
         """
-        data, path = load_json(text_or_path)
+        data, path = load_json(text_or_path, "cost model")
         try:
             return cls._from_data(data)
         except ValueError as exc:

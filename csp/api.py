@@ -115,13 +115,11 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
 METHODS = ("auto", "per-request", "aggregate", "search")
 
 
-def _check_options(time_limit_s, rel_gap, threads, horizon, by, max_horizon) -> None:
-    """Named errors for solver options (the CLI flags map onto these)."""
+def _check_options(rel_gap, threads, horizon, by, max_horizon) -> None:
+    """Named errors for solver options (the CLI flags map onto these; ``time_limit_s`` is the Budget's)."""
     def bad_number(x) -> bool:
         return isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x)
 
-    if bad_number(time_limit_s) or time_limit_s <= 0:
-        raise ValueError(f"time_limit_s must be a finite number of seconds > 0, got {time_limit_s!r}")
     if bad_number(rel_gap) or not 0 <= rel_gap < 1:
         raise ValueError(f"rel_gap must be a number in [0, 1), got {rel_gap!r}")
     for name, value in (("threads", threads), ("horizon", horizon), ("max_horizon", max_horizon)):
@@ -167,8 +165,8 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     schedule found so far (``info["stopped"]`` says why). Raises ValueError for an instance no
     schedule can serve or a bad option.
     """
-    _check_options(time_limit_s, rel_gap, threads, horizon, by, max_horizon)
-    budget = Budget(float(time_limit_s))
+    budget = Budget(time_limit_s)
+    _check_options(rel_gap, threads, horizon, by, max_horizon)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
