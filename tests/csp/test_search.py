@@ -138,7 +138,9 @@ def test_search_refuses_what_it_cannot_price(cost):
 @pytest.mark.slow
 @pytest.mark.solver
 def test_seven_homogeneous_requests_are_proven_optimal(cost):
-    r = solve_optimal("fixed:I=16,O=16,B=7", "M=128,C=4096", cost, time_limit_s=60)
+    """The proof is the assertion; the limit is generous so that a loaded machine cannot fail it (how long
+    it takes is measured by benchmarks/milp_bench.py --sections scale)."""
+    r = solve_optimal("fixed:I=16,O=16,B=7", "M=128,C=4096", cost, time_limit_s=600)
     assert r.status == "optimal" and r.gap <= 1e-4
     assert len(r.schedule) == 23
 
@@ -146,8 +148,9 @@ def test_seven_homogeneous_requests_are_proven_optimal(cost):
 @pytest.mark.slow
 @pytest.mark.solver
 def test_eight_homogeneous_requests_are_proven_optimal(cost):
-    """Needs the trajectory LP's tables (A* alone took 90 s here): optimum 0.252486 s, 26 batches."""
-    r = solve_optimal("fixed:I=16,O=16,B=8", "M=128,C=4096", cost, time_limit_s=60)
+    """Needs the trajectory LP's tables: optimum 0.252486 s, 26 batches. The limit is generous (the proof is
+    the assertion; the time is measured by benchmarks/milp_bench.py --sections scale)."""
+    r = solve_optimal("fixed:I=16,O=16,B=8", "M=128,C=4096", cost, time_limit_s=600)
     assert r.status == "optimal" and r.gap <= 1e-4
     assert len(r.schedule) == 26 and r.info["search"]["trajectory_lp"]["root_bound_s"] < r.objective
 
