@@ -111,7 +111,7 @@ def _split_problem(draw):
     )
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(problem=_split_problem())
 def test_split_kv_at_random_points_then_merge_equals_unsplit(problem, device):
     """Cutting the keys anywhere, attending each part and merging gives full attention."""
