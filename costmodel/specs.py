@@ -99,6 +99,16 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
               ffn_size=28672, vocab_size=128256),
     ModelSpec(name="mistral-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
               ffn_size=14336, vocab_size=32000),
+    # pecsched.txt §6.2 (Table 5), Hugging Face configs: Mistral-7B-v0.3 (32,768-token vocabulary),
+    # Phi-3-medium (14B), Yi-34B, Llama-3.1-70B (the Llama-3-70B shape)
+    ModelSpec(name="mistral-7b-v0.3", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+              ffn_size=14336, vocab_size=32768),
+    ModelSpec(name="phi3-14b", num_layers=40, hidden_size=5120, num_heads=40, num_kv_heads=10,
+              ffn_size=17920, vocab_size=32064),
+    ModelSpec(name="yi-34b", num_layers=60, hidden_size=7168, num_heads=56, num_kv_heads=8,
+              ffn_size=20480, vocab_size=64000),
+    ModelSpec(name="llama3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
+              ffn_size=28672, vocab_size=128256),
     # small Llama-architecture config measured by the CPU profiler
     ModelSpec(name="llama-tiny", num_layers=4, hidden_size=256, num_heads=4, num_kv_heads=2,
               ffn_size=688, vocab_size=4096, dtype_bytes=4),
@@ -121,7 +131,9 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 _MODEL_ALIASES = {
     "llama27b": "llama2-7b", "llama270b": "llama2-70b", "llama38b": "llama3-8b",
     "llama370b": "llama3-70b", "mistral7b": "mistral-7b", "mistral7bv01": "mistral-7b",
-    "llamatiny": "llama-tiny",
+    "llamatiny": "llama-tiny", "mistral7bv03": "mistral-7b-v0.3", "phi314b": "phi3-14b",
+    "phi3medium": "phi3-14b", "phi3medium4k": "phi3-14b", "phi3medium128k": "phi3-14b", "yi34b": "yi-34b",
+    "llama3170b": "llama3.1-70b", "metallama3170b": "llama3.1-70b",
 }
 #: Vidur's profile directory name of each model
 VIDUR_MODEL_DIRS = {"llama2-7b": "Llama-2-7b-hf", "llama2-70b": "Llama-2-70b-hf",
