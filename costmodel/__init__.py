@@ -8,6 +8,7 @@
 - :mod:`.roofline`  lower-bound batch times from specs alone
 - :mod:`.communication`, :mod:`.parallel`  TP / PP / SP / KVP terms
 - :mod:`.catalog`   named fitted and roofline models, registered on import
+- :mod:`.transfer`  ``scaled:<gpu>/<model>``: unmeasured models at a measured model's roofline efficiency
 - :mod:`.profiler`  measure a profile with PyTorch (CPU or CUDA; torch imported lazily)
 """
 from .base import CostModel
@@ -16,9 +17,11 @@ from .linear import LinearCoefficients, LinearCostModel
 from .parallel import ParallelConfig, ParallelCostModel
 from .registry import available_cost_models, get_cost_model, register_cost_model
 from .roofline import RooflineCostModel
+from .transfer import register_scaled
 from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
 register_catalog()
+register_scaled()
 
 __all__ = ["GPUS", "MODELS", "CostModel", "GpuSpec", "LinearCoefficients", "LinearCostModel", "ModelSpec",
            "ParallelConfig", "ParallelCostModel", "ProfiledCostModel", "RooflineCostModel", "available_cost_models",

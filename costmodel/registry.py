@@ -49,7 +49,7 @@ def _lookup(spec: str) -> CostModel:
         if name is not None:
             fitted = ", ".join(k for k in sorted(_FACTORIES) if "/" in k)
             raise ValueError(f"no fitted profile for {name!r} (fitted: {fitted}); "
-                             f"use 'roofline:{name}' for a spec-only model")
+                             f"use 'scaled:{name}' (a measured model's efficiency) or 'roofline:{name}' (specs only)")
     names = available_cost_models()
     prefix, colon, _ = base.partition(":")
     close = (difflib.get_close_matches(prefix, names, n=1, cutoff=0.6) if colon

@@ -200,8 +200,20 @@ class Cluster:
         """Bytes of KV cache of ``num_tokens`` tokens of this model (all layers, all KV heads)."""
         return float(num_tokens) * self.model.kv_bytes_per_token
 
+    def cost_model_name(self) -> str:
+        """The replica's batch-time model: fitted where Vidur measured this GPU and model, else
+        ``scaled:`` (the roofline at the nearest measured model's efficiency); with the plan."""
+        from infermax.costmodel.catalog import fitted_names
+        name = f"{self.gpu.name}/{self.model.name}"
+        base = name if name in fitted_names() else f"scaled:{name}"
+        return base if self.plan.is_single_gpu else f"{base}@{self.plan.to_text()}"
+
+    def cost_model(self) -> Any:
+        from infermax.costmodel import get_cost_model
+        return get_cost_model(self.cost_model_name())
+
     def describe(self) -> dict[str, Any]:
-        return {"spec": self.to_spec(), "gpu": self.gpu.name, "model": self.model.name, "nodes": self.nodes,
+        return {"spec": self.to_spec(), "cost_model": self.cost_model_name(), "gpu": self.gpu.name, "model": self.model.name, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "num_gpus": self.num_gpus, "plan": self.plan.to_text(),
                 "num_replicas": self.num_replicas, "replica_kv_capacity_tokens": self.replica_kv_capacity_tokens,
                 "nvlink_Bps_per_gpu": self.gpu_bandwidth(True), "network_Bps_per_gpu": self.gpu_bandwidth(False)}

@@ -21,6 +21,13 @@ def test_the_papers_testbed_has_the_papers_replicas(model):
     assert all(r.node == r.gpus[0] // 8 == r.gpus[-1] // 8 for r in c.replicas)  # TP stays inside a node
     assert c.replica_kv_capacity_tokens == kv_capacity_tokens(model, "a100", 0.9, tp=tp)
     assert Cluster.from_spec(c.to_spec()) == c
+    assert c.cost_model_name() == f"scaled:a100/{model}" + (f"@tp={tp}" if tp > 1 else "")
+    assert "scaled by the roofline ratio" in c.cost_model().description
+
+
+def test_a_measured_model_uses_its_fitted_cost_model():
+    assert Cluster.from_spec("a100:nodes=1,model=llama2-70b,tp=4").cost_model_name() == "a100/llama2-70b@tp=4"
+    assert Cluster.from_spec("h100:model=llama2-7b").cost_model_name() == "h100/llama2-7b"
 
 
 def test_model_sizes_match_their_names():
