@@ -1,0 +1,82 @@
+"""Where a request goes: pecsched.txt §6.2's "Scheduling" rules, as plain functions.
+
+- A replica's local queue length is the number of tokens queued on it (Splitwise's
+  measure); a request that one replica can serve goes to the eligible replica with
+  the shortest local queue (ties: lowest index).
+- A request that needs k replicas (its KV, I + O − 1 tokens, over k replicas' M)
+  takes k replicas of one node when a node has k eligible ones, else the fewest
+  nodes; among the valid combinations the one with the smallest total local queue.
+- Reservation (Llumnix-style, §6.2): enough replicas to hold the longest long
+  input are set apart for long requests; the rest serve short ones only.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .spec import Cluster
+
+
+def replicas_needed(cluster: Cluster, peak_kv_tokens: int) -> int:
+    """Least k with k · M ≥ ``peak_kv_tokens`` (the KV is sharded evenly over the gang)."""
+    if isinstance(peak_kv_tokens, bool) or not isinstance(peak_kv_tokens, (int, np.integer)) or peak_kv_tokens < 1:
+        raise ValueError(f"peak_kv_tokens must be an integer >= 1, got {peak_kv_tokens!r}")
+    k = math.ceil(int(peak_kv_tokens) / cluster.replica_kv_capacity_tokens)
+    if k > cluster.num_replicas:
+        raise ValueError(f"a request holding {peak_kv_tokens} KV tokens needs {k} replicas of M = "
+                         f"{cluster.replica_kv_capacity_tokens}, but the cluster {cluster.to_spec()} has "
+                         f"{cluster.num_replicas}")
+    return k
+
+
+def shortest_queue(queue_tokens: np.ndarray, eligible: np.ndarray) -> int | None:
+    """Index of the eligible replica with the fewest queued tokens (lowest index on ties); None if none."""
+    idx = np.flatnonzero(eligible)
+    if idx.size == 0:
+        return None
+    return int(idx[np.argmin(queue_tokens[idx])])     # argmin keeps the first of equal minima
+
+
+def choose_gang(cluster: Cluster, k: int, queue_tokens: np.ndarray, eligible: np.ndarray) -> tuple[int, ...] | None:
+    """k eligible replicas: one node if possible, else the fewest nodes; least total queue among those.
+
+    On one node the choice is exact: the node whose k shortest queues sum least.
+    Across nodes the count of nodes is the least possible (nodes with the most
+    eligible replicas are taken first) and, among nodes of equal size, those with
+    less queued work first; that total is not always the least over every
+    combination on that many nodes (a greedy, as placement must be fast at
+    thousands of replicas). Ties go to the lower index.
+    """
+    if k < 1:
+        raise ValueError(f"gang size k must be >= 1, got {k}")
+    by_node: dict[int, list[int]] = {}
+    for r in np.flatnonzero(eligible):
+        by_node.setdefault(cluster.replicas[int(r)].node, []).append(int(r))
+    if sum(len(v) for v in by_node.values()) < k:
+        return None
+    for node, reps in by_node.items():
+        reps.sort(key=lambda r: (queue_tokens[r], r))
+    single = [(sum(queue_tokens[r] for r in reps[:k]), node) for node, reps in by_node.items() if len(reps) >= k]
+    if single:
+        _, node = min(single)
+        return tuple(sorted(by_node[node][:k]))
+    # fewest nodes: take the nodes with the most eligible replicas first, then the least queue
+    order = sorted(by_node, key=lambda n: (-len(by_node[n]), sum(queue_tokens[r] for r in by_node[n]), n))
+    chosen: list[int] = []
+    for node in order:
+        chosen.extend(by_node[node][:k - len(chosen)])
+        if len(chosen) == k:
+            return tuple(sorted(chosen))
+    return None      # unreachable: enough eligible replicas were counted above
+
+
+def reservation_split(cluster: Cluster, longest_input: int) -> tuple[np.ndarray, np.ndarray]:
+    """(long-only, short-only) replica masks: the last replicas, enough to hold ``longest_input``."""
+    k = replicas_needed(cluster, longest_input)
+    if k >= cluster.num_replicas:
+        raise ValueError(f"reservation for {longest_input}-token inputs needs {k} replicas, leaving none of the "
+                         f"{cluster.num_replicas} for short requests")
+    long_only = np.zeros(cluster.num_replicas, dtype=bool)
+    long_only[cluster.num_replicas - k:] = True
+    return long_only, ~long_only

@@ -1,0 +1,56 @@
+"""Placement rules of pecsched.txt §6.2: shortest local queue, same node first, least total queue."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from infermax.cluster import Cluster
+from infermax.cluster.placement import choose_gang, replicas_needed, reservation_split, shortest_queue
+
+C = Cluster.from_spec("a100:nodes=4,model=mistral-7b-v0.3,net_gbps=400")     # 32 replicas, 8 per node
+
+
+def test_shortest_queue_ties_to_the_lowest_index_and_skips_ineligible():
+    q = np.array([5, 3, 3, 9])
+    assert shortest_queue(q, np.ones(4, bool)) == 1
+    assert shortest_queue(q, np.array([True, False, True, True])) == 2
+    assert shortest_queue(q, np.zeros(4, bool)) is None
+
+
+def test_replicas_needed_covers_the_kv():
+    M = C.replica_kv_capacity_tokens
+    assert replicas_needed(C, 1) == 1 and replicas_needed(C, M) == 1 and replicas_needed(C, M + 1) == 2
+    with pytest.raises(ValueError, match="needs 33 replicas"):
+        replicas_needed(C, 32 * M + 1)
+    with pytest.raises(ValueError, match="peak_kv_tokens must be an integer >= 1, got 0"):
+        replicas_needed(C, 0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_gang_is_on_the_fewest_nodes_with_the_least_total_queue(seed):
+    rng = np.random.default_rng(seed)
+    small = Cluster.from_spec("a100:nodes=3,gpus_per_node=4,model=mistral-7b-v0.3")   # 12 replicas
+    q = rng.integers(0, 50, small.num_replicas)
+    eligible = rng.random(small.num_replicas) < 0.7
+    for k in (1, 2, 3, 5):
+        gang = choose_gang(small, k, q, eligible)
+        reps = [r for r in range(small.num_replicas) if eligible[r]]
+        if len(reps) < k:
+            assert gang is None
+            continue
+        assert len(gang) == k and all(eligible[r] for r in gang)
+        nodes = len({small.replicas[r].node for r in gang})
+        best = min((len({small.replicas[r].node for r in c}), sum(q[r] for r in c))
+                   for c in itertools.combinations(reps, k))
+        assert nodes == best[0]
+        if nodes == 1:       # exact on one node; across nodes the greedy fills the fullest nodes first
+            assert sum(q[r] for r in gang) == best[1]
+
+
+def test_reservation_keeps_enough_for_the_longest_input():
+    long_only, short_only = reservation_split(C, 500_000)
+    assert long_only.sum() == replicas_needed(C, 500_000) == 2 and (long_only ^ short_only).all()
+    with pytest.raises(ValueError, match="leaving none"):
+        reservation_split(C, 32 * C.replica_kv_capacity_tokens)
