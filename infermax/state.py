@@ -36,7 +36,10 @@ class ServingState:
 
     Arrays are indexed by request index (position in the workload). ``status``
     is FUTURE (not arrived), WAITING (arrived, holds no KV), RUNNING (holds KV)
-    or DONE.
+    or DONE. :attr:`active` lists the WAITING and RUNNING requests: per-batch work
+    (the schedulers' scans, the checks here) is proportional to it, not to the
+    workload, so a trace of millions of requests costs per batch what its
+    concurrently active requests cost.
     """
 
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel) -> None:
@@ -46,6 +49,7 @@ class ServingState:
         self.input_lens = workload.input_lens
         self.output_lens = workload.output_lens
         self.arrivals_s = workload.arrivals_s
+        self.peak_kv = workload.input_lens + workload.output_lens - 1   # I + O - 1, KV before the last token
         self.m = np.zeros(n, dtype=np.int64)
         self.inp = workload.input_lens.copy()
         self.gen = np.zeros(n, dtype=np.int64)
@@ -61,6 +65,9 @@ class ServingState:
         self._offline = workload.is_offline
         self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
         self._next_arrival = 0
+        self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
+        self._active_upto = 0                        # arrivals (in arrival order) already in _active
+        self._active_version = 0
         # per-request records
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -86,6 +93,29 @@ class ServingState:
         if self._next_arrival >= self.m.size:
             return None
         return float(self.arrivals_s[self._arrival_order[self._next_arrival]])
+
+    @property
+    def arrival_order(self) -> np.ndarray:
+        """Request indices by arrival time, ties by index (first come, first served)."""
+        return self._arrival_order
+
+    @property
+    def active(self) -> np.ndarray:
+        """Indices of the arrived, unfinished requests (WAITING or RUNNING), by arrival then index.
+
+        Rebuilt only when a status changed (``version``), from the previous active set and
+        the new arrivals: O(active + arrived), never O(workload). Read-only; do not modify.
+        """
+        if self._active_version != self.version:
+            kept = self._active[self.status[self._active] != DONE] if self._active.size else self._active
+            if self._active_upto < self._next_arrival:
+                new = self._arrival_order[self._active_upto:self._next_arrival]
+                new = new[self.status[new] != DONE]
+                kept = np.concatenate((kept, new)) if kept.size else new
+                self._active_upto = self._next_arrival
+            kept.setflags(write=False)
+            self._active, self._active_version = kept, self.version
+        return self._active
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
