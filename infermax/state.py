@@ -174,7 +174,9 @@ class ServingState:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
         # 2. who may run, and how many tokens
         st = status[idx]
-        if (st != RUNNING).any() and ((st == DONE) | (st == FUTURE)).any():
+        new = st != RUNNING
+        num_new = int(np.count_nonzero(new))
+        if num_new and ((st == DONE) | (st == FUTURE)).any():
             k = int(idx[(st == DONE) | (st == FUTURE)][0])
             raise ScheduleError(j, "finished" if status[k] == DONE else "arrival",
                                 "request is finished" if status[k] == DONE else "request has not arrived",
@@ -182,7 +184,7 @@ class ServingState:
         if n > 1:  # duplicates: the last write of a repeated index wins, so an earlier slot disagrees
             slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
             self._slot[idx] = slots
-            if not np.array_equal(self._slot[idx], slots):
+            if (self._slot[idx] != slots).any():
                 k = int(idx[np.argmax(self._slot[idx] != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(ids[k]))
         m0 = m[idx]
@@ -191,7 +193,8 @@ class ServingState:
             k = int(np.argmin(tokens))
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(ids[idx[k]]))
         is_decode = m0 >= inp0
-        over = m0 + tokens > np.maximum(inp0, m0 + 1)
+        m1 = m0 + tokens
+        over = m1 > np.maximum(inp0, m0 + 1)
         if over.any():
             k = int(np.argmax(over))
             if is_decode[k]:
@@ -208,8 +211,6 @@ class ServingState:
             raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
         if num_prefill_tokens > lim.P:
             raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
-        new = st != RUNNING
-        num_new = int(np.count_nonzero(new))
         kv = self.kv_used + num_tokens
         running = self.num_running + num_new
         if kv > lim.M:
@@ -226,21 +227,25 @@ class ServingState:
             fs = self.first_scheduled_s[new_idx]
             self.first_scheduled_s[new_idx] = np.where(np.isnan(fs), start, fs)
             self.version += 1
-        m1 = m0 + tokens
         m[idx] = m1
-        resumed = (m0 > 0) & ~is_decode
-        if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
-            r_idx = idx[resumed]
-            self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
-        self._last_batch[idx] = j
-        gen_now = is_decode | (m1 == inp0)
-        g_idx = idx[gen_now]
         gen = self.gen
-        gen[g_idx] += 1
-        first = g_idx[gen[g_idx] == 1]
-        if first.size:
-            self.first_token_s[first] = end
-        fin = g_idx[gen[g_idx] == self.output_lens[g_idx]]
+        if num_decode == n:   # all decoding: each generates a token, none its first (a decode follows one)
+            g_idx = idx
+            gen[g_idx] += 1
+            g = gen[g_idx]
+        else:
+            resumed = (m0 > 0) & ~is_decode
+            if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
+                r_idx = idx[resumed]
+                self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
+            g_idx = idx[is_decode | (m1 == inp0)]
+            gen[g_idx] += 1
+            g = gen[g_idx]
+            first = g_idx[g == 1]
+            if first.size:
+                self.first_token_s[first] = end
+        self._last_batch[idx] = j
+        fin = g_idx[g == self.output_lens[g_idx]]
         self.kv_used = kv
         self.num_running = running
         if fin.size:
