@@ -7,6 +7,7 @@ clock jumps to the next arrival and the next batch records ``not_before_s``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -15,6 +16,7 @@ from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
 from .state import ServingState
 from .trace import Trace, TraceRecorder
+from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
 
 
@@ -27,11 +29,17 @@ class SchedulerStuckError(RuntimeError):
 
 @dataclass(frozen=True, eq=False)
 class SimResult:
-    """A simulated run: the Schedule it produced, its Trace and metrics."""
+    """A simulated run: the Schedule it produced, its Trace and metrics.
 
-    schedule: Schedule
+    When the schedule was streamed to a file (``simulate(..., schedule_path=...)``),
+    ``schedule`` is None and ``schedule_path`` names the file
+    (``Schedule.from_json(result.schedule_path)`` reads it back).
+    """
+
+    schedule: Schedule | None
     trace: Trace
     metrics: dict[str, Any] = field(default_factory=dict)
+    schedule_path: Path | None = None
 
     @property
     def batches_df(self):
@@ -56,11 +64,25 @@ def resolve_inputs(workload: "Workload | str", limits: "Limits | str | None",
     return workload, limits, get_cost_model(cost)
 
 
+class _BatchList:
+    """The in-memory counterpart of :class:`ScheduleWriter`: keeps every Batch (a repeated one once)."""
+
+    def __init__(self) -> None:
+        self.batches: list[Batch] = []
+
+    def add(self, batch: Batch, repeat: int = 1) -> None:
+        if repeat == 1:
+            self.batches.append(batch)
+        else:
+            self.batches.extend([batch] * repeat)
+
+
 def _stuck_message(state: ServingState, scheduler_name: str) -> str:
-    waiting = np.flatnonzero(state.status == 1)
+    act = state.active
+    waiting = act[state.status[act] == 1]
     who = ""
     if waiting.size:
-        i = int(waiting[0])
+        i = int(waiting.min())
         who = (f"; first waiting request {int(state.workload.ids[i])} needs {int(state.inp[i])} "
                f"prefill tokens (C = {state.limits.C}, P = {state.limits.P}) and KV for "
                f"{int(state.inp[i])} tokens (free {state.limits.M - state.kv_used} of M = {state.limits.M})")
@@ -70,13 +92,19 @@ def _stuck_message(state: ServingState, scheduler_name: str) -> str:
 
 def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limits | str | None" = None,
              cost: "CostModel | str | None" = None,
-             progress: Callable[[int, int], None] | None = None, fast_forward: bool = True) -> SimResult:
+             progress: Callable[[int, int], None] | None = None, fast_forward: bool = True,
+             schedule_path: "str | Path | None" = None) -> SimResult:
     """Run ``scheduler`` on ``workload`` under ``limits``, timing batches with ``cost``.
 
     ``progress(done, total)`` is called every 256 batches (the CLI draws a bar).
     ``fast_forward`` applies runs of identical decode batches at once when the
     scheduler promises them (``Scheduler.repeat_horizon``); the result is the
     same schedule and trace, bit for bit, only faster.
+    ``schedule_path``: stream the schedule to this JSON file as it is built (the
+    same bytes ``Schedule.to_json`` writes) instead of keeping a Batch per batch in
+    memory — for traces of millions of requests; the result's ``schedule`` is then
+    None (its meta is taken before the run, not after). The trace and metrics are
+    the same either way.
     """
     from infermax.schedulers import get_scheduler
 
@@ -86,7 +114,27 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     sched.reset(state)
     ids = workload.ids
     recorder = TraceRecorder()
-    batches: list[Batch] = []
+    out = _BatchList() if schedule_path is None else ScheduleWriter(schedule_path, _meta(sched, workload, limits, cost))
+    try:
+        _run(state, sched, out, recorder, ids, progress, fast_forward)
+    finally:
+        if isinstance(out, ScheduleWriter):
+            out.close()
+    trace = recorder.finish(state)
+    if isinstance(out, ScheduleWriter):
+        return SimResult(schedule=None, trace=trace, metrics=compute_metrics(trace), schedule_path=out.path)
+    schedule = Schedule(tuple(out.batches), _meta(sched, workload, limits, cost))
+    return SimResult(schedule=schedule, trace=trace, metrics=compute_metrics(trace))
+
+
+def _meta(sched: Any, workload: Workload, limits: Limits, cost: CostModel) -> dict[str, Any]:
+    return {"scheduler": sched.describe(), "workload": workload.name, "limits": limits.to_dict(),
+            "cost": cost.describe()}
+
+
+def _run(state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter", recorder: TraceRecorder,
+         ids: np.ndarray, progress: Callable[[int, int], None] | None, fast_forward: bool) -> None:
+    """The loop: plan (scheduler) -> execute and commit (state.apply) -> record, until every request is done."""
     not_before = 0.0
     while not state.is_finished:
         plan = sched.next_batch(state)
@@ -101,18 +149,13 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
             not_before = nxt
             continue
         start, duration, record = state.apply(plan.idx, plan.tokens, plan.evict, not_before)
-        batch = Batch.trusted(ids[plan.idx], plan.tokens, ids[plan.evict], not_before)
-        batches.append(batch)
+        batch = Batch.trusted(ids[plan.idx], plan.tokens, ids[plan.evict] if plan.evict.size else _NO_IDS, not_before)
+        out.add(batch)
         recorder.add(start, duration, record)
         not_before = 0.0
         if fast_forward and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
             starts, durations, records = state.apply_decode_run(plan.idx, steps)
-            again = Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0)
-            batches.extend([again] * starts.size)
+            out.add(Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0), int(starts.size))
             recorder.add_many(starts, durations, records)
         if progress is not None and state.num_batches % 256 == 0:
             progress(state.num_done, state.num_requests)
-    trace = recorder.finish(state)
-    meta = {"scheduler": sched.describe(), "workload": workload.name, "limits": limits.to_dict(),
-            "cost": cost.describe()}
-    return SimResult(schedule=Schedule(tuple(batches), meta), trace=trace, metrics=compute_metrics(trace))

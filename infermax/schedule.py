@@ -257,3 +257,66 @@ class Schedule:
             if path is None:
                 raise
             raise ValueError(f"schedule file {path!r}: {exc}") from None
+
+
+# --- writing a schedule one batch at a time ---------------------------------------------
+
+def _ints(values: np.ndarray) -> str:
+    return ",".join(map(str, values.tolist()))
+
+
+def batch_json(batch: Batch) -> str:
+    """``batch`` as :meth:`Schedule.to_json` writes it (the same bytes), without building a dict."""
+    tokens = batch.tokens.tolist()
+    if tokens.count(1) == len(tokens):    # a decode batch: every token count is 1
+        tokens_text = "1," * (len(tokens) - 1) + "1" if tokens else ""
+    else:
+        tokens_text = ",".join(map(str, tokens))
+    text = f'{{"ids":[{_ints(batch.ids)}],"tokens":[{tokens_text}]'
+    if batch.evict.size:
+        text += f',"evict":[{_ints(batch.evict)}]'
+    if batch.not_before_s:
+        text += f',"not_before_s":{float(batch.not_before_s)!r}'
+    return text + "}"
+
+
+class ScheduleWriter:
+    """Writes a schedule JSON file batch by batch, byte for byte what ``Schedule(batches,
+    meta).to_json(path)`` writes, holding no batch after it is written.
+
+    For runs too long to keep every Batch in memory (``simulate(..., schedule_path=...)``);
+    read the file back with :meth:`Schedule.from_json`. ``add(batch, repeat)`` appends
+    ``batch`` ``repeat`` times (a fast-forwarded decode run is formatted once).
+    Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, path: str | Path, meta: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        try:
+            self._file = open(self.path, "w", buffering=1 << 20)
+        except OSError as exc:
+            raise ValueError(f"cannot write schedule file {str(path)!r}: {exc.strerror or exc}") from None
+        head = json.dumps({"format": SCHEDULE_FORMAT, "meta": dict(meta)}, separators=(",", ":"))
+        self._file.write(head[:-1] + ',"batches":[')
+        self.num_batches = 0
+
+    def add(self, batch: Batch, repeat: int = 1) -> None:
+        if repeat < 1:
+            return
+        text = batch_json(batch)
+        first = text if self.num_batches == 0 else "," + text
+        self._file.write(first)
+        if repeat > 1:
+            self._file.write(("," + text) * (repeat - 1))
+        self.num_batches += repeat
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.write("]}")
+            self._file.close()
+
+    def __enter__(self) -> "ScheduleWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

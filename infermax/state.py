@@ -36,7 +36,10 @@ class ServingState:
 
     Arrays are indexed by request index (position in the workload). ``status``
     is FUTURE (not arrived), WAITING (arrived, holds no KV), RUNNING (holds KV)
-    or DONE.
+    or DONE. :attr:`active` lists the WAITING and RUNNING requests: per-batch work
+    (the schedulers' scans, the checks here) is proportional to it, not to the
+    workload, so a trace of millions of requests costs per batch what its
+    concurrently active requests cost.
     """
 
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel) -> None:
@@ -46,6 +49,7 @@ class ServingState:
         self.input_lens = workload.input_lens
         self.output_lens = workload.output_lens
         self.arrivals_s = workload.arrivals_s
+        self.peak_kv = workload.input_lens + workload.output_lens - 1   # I + O - 1, KV before the last token
         self.m = np.zeros(n, dtype=np.int64)
         self.inp = workload.input_lens.copy()
         self.gen = np.zeros(n, dtype=np.int64)
@@ -61,6 +65,9 @@ class ServingState:
         self._offline = workload.is_offline
         self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
         self._next_arrival = 0
+        self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
+        self._active_upto = 0                        # arrivals (in arrival order) already in _active
+        self._active_version = 0
         # per-request records
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -86,6 +93,29 @@ class ServingState:
         if self._next_arrival >= self.m.size:
             return None
         return float(self.arrivals_s[self._arrival_order[self._next_arrival]])
+
+    @property
+    def arrival_order(self) -> np.ndarray:
+        """Request indices by arrival time, ties by index (first come, first served)."""
+        return self._arrival_order
+
+    @property
+    def active(self) -> np.ndarray:
+        """Indices of the arrived, unfinished requests (WAITING or RUNNING), by arrival then index.
+
+        Rebuilt only when a status changed (``version``), from the previous active set and
+        the new arrivals: O(active + arrived), never O(workload). Read-only; do not modify.
+        """
+        if self._active_version != self.version:
+            kept = self._active[self.status[self._active] != DONE] if self._active.size else self._active
+            if self._active_upto < self._next_arrival:
+                new = self._arrival_order[self._active_upto:self._next_arrival]
+                new = new[self.status[new] != DONE]
+                kept = np.concatenate((kept, new)) if kept.size else new
+                self._active_upto = self._next_arrival
+            kept.setflags(write=False)
+            self._active, self._active_version = kept, self.version
+        return self._active
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
@@ -144,7 +174,9 @@ class ServingState:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
         # 2. who may run, and how many tokens
         st = status[idx]
-        if (st != RUNNING).any() and ((st == DONE) | (st == FUTURE)).any():
+        new = st != RUNNING
+        num_new = int(np.count_nonzero(new))
+        if num_new and ((st == DONE) | (st == FUTURE)).any():
             k = int(idx[(st == DONE) | (st == FUTURE)][0])
             raise ScheduleError(j, "finished" if status[k] == DONE else "arrival",
                                 "request is finished" if status[k] == DONE else "request has not arrived",
@@ -152,7 +184,7 @@ class ServingState:
         if n > 1:  # duplicates: the last write of a repeated index wins, so an earlier slot disagrees
             slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
             self._slot[idx] = slots
-            if not np.array_equal(self._slot[idx], slots):
+            if (self._slot[idx] != slots).any():
                 k = int(idx[np.argmax(self._slot[idx] != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(ids[k]))
         m0 = m[idx]
@@ -161,7 +193,8 @@ class ServingState:
             k = int(np.argmin(tokens))
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(ids[idx[k]]))
         is_decode = m0 >= inp0
-        over = m0 + tokens > np.maximum(inp0, m0 + 1)
+        m1 = m0 + tokens
+        over = m1 > np.maximum(inp0, m0 + 1)
         if over.any():
             k = int(np.argmax(over))
             if is_decode[k]:
@@ -178,8 +211,6 @@ class ServingState:
             raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
         if num_prefill_tokens > lim.P:
             raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
-        new = st != RUNNING
-        num_new = int(np.count_nonzero(new))
         kv = self.kv_used + num_tokens
         running = self.num_running + num_new
         if kv > lim.M:
@@ -196,21 +227,25 @@ class ServingState:
             fs = self.first_scheduled_s[new_idx]
             self.first_scheduled_s[new_idx] = np.where(np.isnan(fs), start, fs)
             self.version += 1
-        m1 = m0 + tokens
         m[idx] = m1
-        resumed = (m0 > 0) & ~is_decode
-        if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
-            r_idx = idx[resumed]
-            self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
-        self._last_batch[idx] = j
-        gen_now = is_decode | (m1 == inp0)
-        g_idx = idx[gen_now]
         gen = self.gen
-        gen[g_idx] += 1
-        first = g_idx[gen[g_idx] == 1]
-        if first.size:
-            self.first_token_s[first] = end
-        fin = g_idx[gen[g_idx] == self.output_lens[g_idx]]
+        if num_decode == n:   # all decoding: each generates a token, none its first (a decode follows one)
+            g_idx = idx
+            gen[g_idx] += 1
+            g = gen[g_idx]
+        else:
+            resumed = (m0 > 0) & ~is_decode
+            if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
+                r_idx = idx[resumed]
+                self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
+            g_idx = idx[is_decode | (m1 == inp0)]
+            gen[g_idx] += 1
+            g = gen[g_idx]
+            first = g_idx[g == 1]
+            if first.size:
+                self.first_token_s[first] = end
+        self._last_batch[idx] = j
+        fin = g_idx[g == self.output_lens[g_idx]]
         self.kv_used = kv
         self.num_running = running
         if fin.size:

@@ -71,29 +71,53 @@ class Trace:
 
 
 class TraceRecorder:
-    """Accumulates batch records (cheap appends) and builds the Trace at the end."""
+    """Accumulates batch records and builds the Trace at the end.
+
+    Records go into Python lists (cheap appends) that are moved every
+    ``CHUNK_BATCHES`` batches into one NumPy array per field, so a run of millions
+    of batches holds 72 bytes per batch, not a tuple of Python ints per batch.
+    """
+
+    CHUNK_BATCHES = 8192
 
     def __init__(self) -> None:
         self._starts: list[float] = []
         self._durations: list[float] = []
-        self._records: list[tuple[int, ...]] = []
+        self._records: list[int] = []          # the integer fields of each batch, flattened
+        self._columns: list[list[np.ndarray]] = [[] for _ in BATCH_FIELDS]   # per field, its chunks
 
     def add(self, start_s: float, duration_s: float, record: tuple[int, ...]) -> None:
         self._starts.append(start_s)
         self._durations.append(duration_s)
-        self._records.append(record)
+        self._records.extend(record)
+        if len(self._starts) >= self.CHUNK_BATCHES:
+            self._flush()
 
     def add_many(self, starts_s: np.ndarray, durations_s: np.ndarray, records: np.ndarray) -> None:
         self._starts.extend(starts_s.tolist())
         self._durations.extend(durations_s.tolist())
-        self._records.extend(map(tuple, records.tolist()))
+        self._records.extend(records.ravel().tolist())
+        if len(self._starts) >= self.CHUNK_BATCHES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._starts:
+            return
+        cols = self._columns
+        cols[0].append(np.asarray(self._starts, dtype=np.float64))
+        cols[1].append(np.asarray(self._durations, dtype=np.float64))
+        rec = np.asarray(self._records, dtype=np.int64).reshape(-1, len(BATCH_FIELDS) - 2)
+        for k in range(rec.shape[1]):
+            cols[2 + k].append(rec[:, k].copy())
+        self._starts, self._durations, self._records = [], [], []
 
     def finish(self, state: ServingState) -> Trace:
-        rec = np.asarray(self._records, dtype=np.int64).reshape(-1, len(BATCH_FIELDS) - 2)
-        batches: dict[str, Any] = {"start_s": np.asarray(self._starts, dtype=np.float64),
-                                   "duration_s": np.asarray(self._durations, dtype=np.float64)}
-        for k, name in enumerate(BATCH_FIELDS[2:]):
-            batches[name] = rec[:, k].copy()
+        self._flush()
+        batches: dict[str, Any] = {}
+        for name, chunks in zip(BATCH_FIELDS, self._columns):
+            dtype = np.float64 if name in ("start_s", "duration_s") else np.int64
+            batches[name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
+            chunks.clear()     # one field at a time: the chunks and the result coexist for one field only
         w = state.workload
         requests = {"id": w.ids.copy(), "input_len": w.input_lens.copy(), "output_len": w.output_lens.copy(),
                     "arrival_s": w.arrivals_s.copy(), "first_scheduled_s": state.first_scheduled_s.copy(),

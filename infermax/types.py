@@ -182,6 +182,8 @@ class Workload:
         for a in arrays.values():
             a.setflags(write=False)
         object.__setattr__(self, "_index", {rid: i for i, rid in enumerate(ids)})
+        dense = arrays["ids"]
+        object.__setattr__(self, "_is_dense", bool(dense[0] == 0 and np.all(np.diff(dense) == 1)))
 
     # --- views -------------------------------------------------------------
     def __len__(self) -> int:
@@ -231,8 +233,8 @@ class Workload:
 
     @property
     def _dense_ids(self) -> bool:
-        ids = self.ids
-        return bool(ids[0] == 0 and np.all(np.diff(ids) == 1))
+        """Ids are 0 .. n-1 in order (index == id); decided once, as replay asks for every batch."""
+        return self._is_dense
 
     def check_fits(self, limits: "Limits") -> None:
         """Raise if some request can never run under ``limits`` (its peak KV exceeds M)."""

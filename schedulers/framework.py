@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from infermax.state import RUNNING, WAITING, ServingState
+from infermax.state import RUNNING, ServingState
 
 from .base import Plan, Scheduler
 from .lookahead import Admission
@@ -134,10 +134,11 @@ class GetNextBatch(Scheduler):
     def reset(self, state: ServingState) -> None:
         n = state.num_requests
         self._order = self.priority_order(state.workload)
+        self._fcfs = bool(np.array_equal(self._order, state.arrival_order))   # active set is in order
         self._pos = np.empty(n, dtype=np.int64)
         self._pos[self._order] = np.arange(n)
         self._stamp = np.full(n, -1, dtype=np.int64)
-        self._peak = state.input_lens + state.output_lens - 1
+        self._peak = state.peak_kv
         self._version = -1
         self._future_refusal = False
         lim, p = state.limits, self.policy
@@ -157,12 +158,16 @@ class GetNextBatch(Scheduler):
                                  f"min(C = {lim.C}, P = {self._P}); raise C/P or use a chunked scheduler")
 
     def _sets(self, state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Running, waiting and both, in priority order (recomputed only on status changes)."""
+        """Running, waiting and both, in priority order (recomputed only on status changes,
+        from the state's active set: O(active), not O(workload))."""
         if state.version != self._version:
-            st = state.status[self._order]
-            run, wait = st == RUNNING, st == WAITING
-            self._running, self._waiting = self._order[run], self._order[wait]
-            self._active = self._order[run | wait] if self.policy.priority == "rank" else None
+            act = state.active
+            if not self._fcfs:
+                act = act[np.argsort(self._pos[act])]
+            st = state.status[act]
+            run = st == RUNNING
+            self._running, self._waiting = act[run], act[~run]
+            self._active = act if self.policy.priority == "rank" else None
             self._version = state.version
         return self._running, self._waiting, self._active
 

@@ -24,9 +24,9 @@ class BatchDraft:
     def __init__(self, state: ServingState, R_max: int) -> None:
         lim = state.limits
         self.state = state
-        running = np.flatnonzero(state.status == RUNNING)
-        peak = state.input_lens + state.output_lens - 1
-        self.peak = peak
+        act = state.active
+        running = act[state.status[act] == RUNNING]
+        self.peak = peak = state.peak_kv
         self.mem = lim.M - int(peak[running].sum())
         self.run = R_max - running.size
         self.C, self.P = lim.C, lim.P
@@ -89,16 +89,16 @@ class BatchDraft:
 
 
 def decoding(state: ServingState) -> np.ndarray:
-    """Running decode-phase requests, oldest arrival first."""
-    run = np.flatnonzero(state.status == RUNNING)
-    run = run[state.m[run] >= state.inp[run]]
-    return run[np.lexsort((run, state.arrivals_s[run]))]
+    """Running decode-phase requests, oldest arrival first (ties by index: the active set's order)."""
+    act = state.active
+    return act[(state.status[act] == RUNNING) & (state.m[act] >= state.inp[act])]
 
 
 def prefilling(state: ServingState) -> np.ndarray:
     """Running requests with an unfinished (re)fill plus waiting ones, oldest arrival first."""
-    cand = np.flatnonzero(((state.status == RUNNING) & (state.m < state.inp)) | (state.status == WAITING))
-    return cand[np.lexsort((cand, state.arrivals_s[cand]))]
+    act = state.active
+    st = state.status[act]
+    return act[((st == RUNNING) & (state.m[act] < state.inp[act])) | (st == WAITING)]
 
 
 def long_mask(state: ServingState, threshold_tokens: int | None) -> np.ndarray:
