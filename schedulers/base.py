@@ -55,6 +55,9 @@ class Scheduler(ABC):
         if limits.block_size != 1:
             raise ValueError(f"scheduler {self.name!r} models KV blocks of {want} tokens, but "
                              f"Limits.block_size = {limits.block_size}; use block={want} or leave it at 1")
+        if limits.M < want:
+            raise ValueError(f"scheduler {self.name!r} models KV blocks of {want} tokens, but M = {limits.M} "
+                             f"holds no whole block (Limits.block_size)")
         return limits.replace(block_size=want)
 
     def priority_order(self, workload: "Workload") -> np.ndarray:

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload, replay, simulate
 from infermax.costmodel import get_cost_model
-from infermax.schedulers import get_scheduler
+from infermax.schedulers import available, get_scheduler
 from infermax.state import ServingState
 
 from factories import ALL_SCHEDULERS, make_workload
@@ -29,9 +29,9 @@ def _at_risk(name: str) -> bool:
     return name.endswith("-la") or (d.get("chunked") is False and not d.get("eviction_free"))
 
 
-PRESETS = [n for n in ALL_SCHEDULERS if get_scheduler(n).block_size is not None]   # vllm-real, sarathi-real
-AT_RISK = [n for n in ALL_SCHEDULERS if _at_risk(n) and n not in PRESETS]
-OTHERS = [n for n in ALL_SCHEDULERS if not _at_risk(n) and n not in PRESETS]
+PRESETS = [n for n in available() if get_scheduler(n).block_size is not None]   # vllm-real, sarathi-real
+AT_RISK = [n for n in ALL_SCHEDULERS if _at_risk(n)]
+OTHERS = [n for n in ALL_SCHEDULERS if not _at_risk(n)]
 
 
 @st.composite
@@ -115,7 +115,7 @@ TOY = [([1, 1], [2, 2], Limits(M=2, C=1), 0.036481),   # vllm, vllm-hy were stuc
 
 
 @pytest.mark.parametrize("ins, outs, limits, optimum_s", TOY)
-@pytest.mark.parametrize("name", ALL_SCHEDULERS)
+@pytest.mark.parametrize("name", ALL_SCHEDULERS + PRESETS)
 def test_issue_instances_finish(name, ins, outs, limits, optimum_s):
     result = finishes_or_refuses(name, make_workload(list(zip(ins, outs))), limits)
     assert result.metrics["latency_s"] >= optimum_s - 1e-6   # nothing beats the optimum
