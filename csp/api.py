@@ -201,6 +201,11 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
     target = _target(better_than, by, objective, workload, limits, cost, policy)
     agg_ok = aggregate.is_applicable(workload, objective) and target is None and \
         (not policy.chunked_prefill or aggregate.chunking_bound_holds(eff, cost))
+    if eff.block_size > 1:
+        if method == "aggregate":
+            raise ValueError(f"method 'aggregate' counts KV in tokens; Limits.block_size = {eff.block_size} > 1 "
+                             f"needs method 'per-request' (or 'auto')")
+        agg_ok = False       # its class flows count KV in tokens (their bounds stay valid, their schedules may not)
     if method == "aggregate" and not agg_ok:
         raise ValueError("method 'aggregate' needs the latency objective, an offline workload, no better-than "
                          "target, and either no chunked prefill or M <= C, M <= P and a linear non-attention "

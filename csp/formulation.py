@@ -227,6 +227,26 @@ def add_batch_limits(fm: Formulation) -> None:
             m.add(y >= v.y[j + 1], "batch-order")
 
 
+def add_kv_blocks(fm: Formulation) -> None:
+    """(5b) KV in whole blocks when ``Limits.block_size`` = b > 1: Σ_i n_ij <= (M // b)·y_j with
+    integer n_ij ∈ [0, ceil(Pk_i / b)] and b·n_ij >= k_ij, so n_ij >= ceil(k_ij / b) (a solution
+    never needs more; a schedule's hint sets it to exactly that). Nothing is added when b = 1.
+    """
+    m, v, J, lim = fm.model, fm.v, fm.horizon, fm.limits
+    b = lim.block_size
+    if b == 1:
+        return
+    B = fm.num_requests
+    v.nb = _grid(m, B, J, lambda i, j: m.int_var(0, -(-v.Pk[i] // b), f"nb[{i},{j}]"))
+    for i in range(B):
+        for j in range(J):
+            m.add(b * v.nb[i][j] >= v.k[i][j], "kv-blocks")
+            fm.derive(v.nb[i][j], lambda x, a=v.k[i][j].index: float(-(-round(x[a]) // b)))
+    for j in range(J):
+        y = v.y[j]
+        m.add(sum((v.nb[i][j] for i in range(B)), 0 * y) <= lim.num_blocks * y, "kv-blocks")
+
+
 def add_policy(fm: Formulation) -> None:
     """Policy classes (§3.3 last paragraph, Table 1).
 
@@ -250,6 +270,7 @@ def build_core(fm: Formulation) -> None:
     add_memory_management(fm)
     add_chunk_control(fm)
     add_batch_limits(fm)
+    add_kv_blocks(fm)
     add_policy(fm)
 
 

@@ -47,7 +47,7 @@ class Policy:
         """``limits`` tightened by this policy's P and R_max."""
         P = limits.P if self.P is None else min(limits.P, self.P)
         R = limits.R_max if self.R_max is None else min(limits.max_running, self.R_max)
-        return Limits(M=limits.M, C=limits.C, P=P, R_max=R)
+        return Limits(M=limits.M, C=limits.C, P=P, R_max=R, block_size=limits.block_size)
 
     def to_dict(self) -> dict[str, Any]:
         return {"allow_eviction": self.allow_eviction, "hybrid": self.hybrid,

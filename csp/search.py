@@ -51,6 +51,8 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
     with chunked prefill allowed — the chunking bound of :mod:`.aggregate`."""
     if not workload.is_offline:
         return False, "the workload has arrival times (the class state has no clock)"
+    if limits.block_size > 1:
+        return False, f"Limits.block_size = {limits.block_size} > 1 (the class state counts KV in tokens)"
     try:
         k = linear_coefficients(cost)
     except ValueError as exc:

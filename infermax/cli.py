@@ -131,7 +131,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         rows.append({"scheduler": name, **result.metrics})
         if args.out:
             out = Path(args.out) / name if len(names) > 1 else Path(args.out)
-            write_run(out, result.schedule, workload, limits, cost)
+            write_run(out, result.schedule, workload, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
             (out / "metrics.json").write_text(dumps_json(result.metrics))
             result.batches_df.to_csv(out / "batches.csv")
             result.requests_df.to_csv(out / "requests.csv")

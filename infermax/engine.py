@@ -110,6 +110,7 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
 
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     sched = get_scheduler(scheduler)
+    limits = sched.limits_for(limits)        # a preset's KV block size (the meta records it)
     state = ServingState(workload, limits, cost)
     sched.reset(state)
     ids = workload.ids

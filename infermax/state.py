@@ -11,6 +11,9 @@ generated. Prefill/refill while m < inp (chunk c <= inp - m; when m reaches inp 
 token is generated); decode when m >= inp (exactly one token, m += 1, one token
 generated); eviction sets m = 0 and, in decode phase, inp = m + 1; at gen == O the
 request completes and frees its KV.
+
+KV capacity: Σ m <= M (rule ``M``); with ``Limits.block_size`` > 1 a request also
+takes whole blocks, Σ ceil(m / block_size) <= M // block_size (rule ``M-blocks``).
 """
 from __future__ import annotations
 
@@ -50,12 +53,16 @@ class ServingState:
         self.output_lens = workload.output_lens
         self.arrivals_s = workload.arrivals_s
         self.peak_kv = workload.input_lens + workload.output_lens - 1   # I + O - 1, KV before the last token
+        # the same in blocks (what M counts when block_size > 1); the same array when block_size == 1
+        self.peak_kv_blocks = limits.kv_blocks(self.peak_kv) if limits.block_size > 1 else self.peak_kv
         self.m = np.zeros(n, dtype=np.int64)
         self.inp = workload.input_lens.copy()
         self.gen = np.zeros(n, dtype=np.int64)
         self.status = np.full(n, FUTURE, dtype=np.int8)
         self.clock_s = 0.0
         self.kv_used = 0            # Σ m over requests holding KV
+        self.blocks_used = 0        # Σ ceil(m / block_size) (kept only when block_size > 1)
+        self._block = limits.block_size
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0
@@ -167,6 +174,8 @@ class ServingState:
             self.num_evictions[evict] += 1
             self.refill_tokens[evict] += m_ev
             self.kv_used -= int(m_ev.sum())
+            if self._block > 1:
+                self.blocks_used -= int(self.limits.kv_blocks(m_ev).sum())
             self.num_running -= num_ev
             self.version += 1
         n = int(idx.size)
@@ -215,6 +224,13 @@ class ServingState:
         running = self.num_running + num_new
         if kv > lim.M:
             raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens > M = {lim.M}")
+        blocks = 0
+        if self._block > 1:
+            blocks = self.blocks_used + int((lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)).sum())
+            if blocks > lim.num_blocks:
+                raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks} blocks of block_size = "
+                                    f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
+                                    f"({kv} tokens, M = {lim.M})")
         if running > lim.max_running:
             raise ScheduleError(j, "R_max", f"{running} running requests > R_max = {lim.R_max}")
         # 4. time
@@ -247,10 +263,13 @@ class ServingState:
         self._last_batch[idx] = j
         fin = g_idx[g == self.output_lens[g_idx]]
         self.kv_used = kv
+        self.blocks_used = blocks
         self.num_running = running
         if fin.size:
             self.completion_s[fin] = end
             self.kv_used -= int(m[fin].sum())
+            if self._block > 1:
+                self.blocks_used -= int(lim.kv_blocks(m[fin]).sum())
             m[fin] = 0
             status[fin] = DONE
             self.num_running -= int(fin.size)
@@ -286,11 +305,20 @@ class ServingState:
         if num_steps <= 0:
             return starts[:0], durations[:0], np.zeros((0, 7), dtype=np.int64)
         kv = self.kv_used + n * np.arange(1, num_steps + 1, dtype=np.int64)
+        blocks, bad_step = self._blocks_after_decodes(m0, num_steps) if self._block > 1 else (0, None)
         if int(kv[-1]) > self.limits.M:
             s = int(np.argmax(kv > self.limits.M))
-            raise ScheduleError(j + s, "M", f"KV cache would hold {int(kv[s])} tokens > M = {self.limits.M}")
+            if bad_step is None or s <= bad_step:    # the step that breaks a rule first, as apply would
+                raise ScheduleError(j + s, "M", f"KV cache would hold {int(kv[s])} tokens > M = {self.limits.M}")
+        if bad_step is not None:
+            lim = self.limits
+            held = int(self.blocks_used + (lim.kv_blocks(m0 + bad_step + 1) - lim.kv_blocks(m0)).sum())
+            raise ScheduleError(j + bad_step, "M-blocks", f"KV cache would hold {held} blocks of block_size = "
+                                f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} (M = {lim.M})")
         if n > self.limits.C:
             raise ScheduleError(j, "C", f"{n} tokens > C = {self.limits.C}")
+        if self._block > 1:
+            self.blocks_used = blocks
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
         self._last_batch[idx] = j + num_steps - 1
@@ -305,6 +333,23 @@ class ServingState:
         records[:, 5] = self.num_running
         records[:, 6] = 0
         return starts[:num_steps], durations[:num_steps], records
+
+    def _blocks_after_decodes(self, m0: np.ndarray, num_steps: int) -> tuple[int, int | None]:
+        """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,
+        whose blocks exceed M // block_size, or None): the count only grows with the steps."""
+        lim = self.limits
+        base = self.blocks_used - int(lim.kv_blocks(m0).sum())
+
+        def blocks(s: int) -> int:
+            return base + int(lim.kv_blocks(m0 + s).sum())
+        last = blocks(num_steps)
+        if last <= lim.num_blocks:
+            return last, None
+        lo, hi = 0, num_steps            # blocks(lo) fits, blocks(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if blocks(mid) <= lim.num_blocks else (lo, mid)
+        return last, hi - 1
 
 
 _STATUS = {FUTURE: "not arrived", WAITING: "waiting", RUNNING: "running", DONE: "finished"}

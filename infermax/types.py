@@ -237,14 +237,21 @@ class Workload:
         return self._is_dense
 
     def check_fits(self, limits: "Limits") -> None:
-        """Raise if some request can never run under ``limits`` (its peak KV exceeds M)."""
+        """Raise if some request can never run under ``limits`` (its peak KV exceeds M; with
+        ``block_size`` > 1, its peak in whole blocks exceeds the M // block_size usable blocks)."""
         peak = self.input_lens + self.output_lens - 1
-        bad = np.flatnonzero(peak > limits.M)
+        bs = limits.block_size
+        bad = np.flatnonzero(peak > limits.M if bs == 1 else -(-peak // bs) > limits.num_blocks)
         if bad.size:
             r = self.requests[int(bad[0])]
+            if bs == 1:
+                raise ValueError(
+                    f"request {r.id} cannot fit in M: input_len + output_len - 1 = "
+                    f"{r.peak_kv_tokens} > M = {limits.M} (Limits.M)")
             raise ValueError(
-                f"request {r.id} cannot fit in M: input_len + output_len - 1 = "
-                f"{r.peak_kv_tokens} > M = {limits.M} (Limits.M)")
+                f"request {r.id} cannot fit in M: input_len + output_len - 1 = {r.peak_kv_tokens} tokens "
+                f"take {limits.kv_blocks(r.peak_kv_tokens)} blocks of block_size = {bs} > M // block_size = "
+                f"{limits.num_blocks} blocks (M = {limits.M}, Limits.block_size)")
 
     # --- construction ------------------------------------------------------
     @classmethod
@@ -313,13 +320,18 @@ class Limits:
 
     M: KV-cache capacity in tokens. C: tokens processed per batch. P: prefill
     tokens per batch (defaults to C). R_max: running requests (holding KV) at
-    once (None = unlimited).
+    once (None = unlimited). block_size: KV is allocated in blocks of this many
+    tokens, as vLLM and Vidur do (16 there); a request holding m tokens takes
+    ceil(m / block_size) blocks and the cache has M // block_size of them (an M
+    that is not a multiple of the block size is allowed: its remainder is
+    unusable). The default 1 is the paper's token-granular KV.
     """
 
     M: int = 100_000
     C: int = 4096
     P: int | None = None
     R_max: int | None = None
+    block_size: int = 1
 
     def __post_init__(self) -> None:
         _check_int("Limits", "M", self.M, 1, MAX_LIMIT)
@@ -331,11 +343,24 @@ class Limits:
             raise ValueError(f"Limits.P must be <= C = {self.C}, got {self.P}")
         if self.R_max is not None:
             _check_int("Limits", "R_max", self.R_max, 1, MAX_LIMIT)
+        _check_int("Limits", "block_size", self.block_size, 1, MAX_TOKENS)
+        if self.block_size > self.M:
+            raise ValueError(f"Limits.block_size must be <= M = {self.M} (the cache holds no whole block), "
+                             f"got {self.block_size}")
 
     @property
     def max_running(self) -> int:
         """R_max as a number (a very large one when unlimited)."""
         return self.R_max if self.R_max is not None else 1 << 62
+
+    @property
+    def num_blocks(self) -> int:
+        """Usable KV blocks, M // block_size (M itself when block_size is 1)."""
+        return self.M // self.block_size
+
+    def kv_blocks(self, tokens: Any) -> Any:
+        """Blocks that ``tokens`` KV tokens occupy, ceil(tokens / block_size) (int or array)."""
+        return -(-tokens // self.block_size)
 
     def replace(self, **changes: Any) -> "Limits":
         data = self.to_dict()
@@ -345,17 +370,23 @@ class Limits:
         return Limits(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"M": self.M, "C": self.C, "P": self.P, "R_max": self.R_max}
+        """M, C, P, R_max, and block_size only when it is not 1 (so that the files and sweep cell
+        ids of token-granular runs stay what they were)."""
+        out = {"M": self.M, "C": self.C, "P": self.P, "R_max": self.R_max}
+        if self.block_size != 1:
+            out["block_size"] = self.block_size
+        return out
 
     @classmethod
     def from_spec(cls, spec: str | None) -> "Limits":
-        """Parse ``"M=100000,C=4096,P=512,R_max=128"`` (any subset; others default)."""
+        """Parse ``"M=100000,C=4096,P=512,R_max=128,block=16"`` (any subset; others default)."""
         if spec is not None and not isinstance(spec, str):
             raise ValueError(f"limits spec must be a string like 'M=100000,C=4096', got {spec!r}")
         if spec is None or not spec.strip():
             return cls()
         values: dict[str, Any] = {}
-        aliases = {"m": "M", "c": "C", "p": "P", "r_max": "R_max", "rmax": "R_max", "r": "R_max"}
+        aliases = {"m": "M", "c": "C", "p": "P", "r_max": "R_max", "rmax": "R_max", "r": "R_max",
+                   "block": "block_size", "block_size": "block_size"}
         for part in spec.split(","):
             if not part.strip():
                 continue
@@ -364,13 +395,13 @@ class Limits:
             key, raw = (s.strip() for s in part.split("=", 1))
             name = aliases.get(key.lower())
             if name is None:
-                raise ValueError(f"Limits spec has unknown key {key!r}; use M, C, P, R_max")
+                raise ValueError(f"Limits spec has unknown key {key!r}; use M, C, P, R_max, block")
             if name in values:
                 raise ValueError(f"Limits spec gives {name} twice (in {spec!r})")
             if raw.lower() in ("none", "inf", "unlimited") and name in ("P", "R_max"):
                 values[name] = None
                 continue
-            values[name] = parse_count(raw, f"Limits.{name}", 1, MAX_LIMIT)
+            values[name] = parse_count(raw, f"Limits.{name}", 1, MAX_TOKENS if name == "block_size" else MAX_LIMIT)
         return cls(**values)
 
 

@@ -15,7 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from infermax.state import ServingState
-    from infermax.types import Workload
+    from infermax.types import Limits, Workload
 
 
 class Plan(NamedTuple):
@@ -39,6 +39,26 @@ class Scheduler(ABC):
     """
 
     name: str = "scheduler"
+    #: the KV block size (tokens) this scheduler models, e.g. 16 for the ``*-real`` presets;
+    #: None: whatever ``Limits.block_size`` says
+    block_size: int | None = None
+
+    def limits_for(self, limits: "Limits") -> "Limits":
+        """The Limits this scheduler runs under: ``limits`` with the scheduler's block size applied
+        when ``limits.block_size`` is left at 1 (token-granular); another block size is refused.
+
+        ``simulate`` calls it, so one word (``vllm-real``) gives the real system's KV blocks.
+        """
+        want = self.block_size
+        if want is None or limits.block_size == want:
+            return limits
+        if limits.block_size != 1:
+            raise ValueError(f"scheduler {self.name!r} models KV blocks of {want} tokens, but "
+                             f"Limits.block_size = {limits.block_size}; use block={want} or leave it at 1")
+        if limits.M < want:
+            raise ValueError(f"scheduler {self.name!r} models KV blocks of {want} tokens, but M = {limits.M} "
+                             f"holds no whole block (Limits.block_size)")
+        return limits.replace(block_size=want)
 
     def priority_order(self, workload: "Workload") -> np.ndarray:
         """Request indices from highest to lowest priority (default FCFS: arrival, then index)."""

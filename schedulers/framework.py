@@ -14,9 +14,17 @@ of NumPy operations rather than a hundred Python iterations. Only the first
 candidate that does not fit is treated on its own — exactly what the sequential
 loop of Algorithm 1 would do with it.
 
-Memory (CanAllocate's M check) counts *reserved* KV tokens of running requests:
-``max(m, inp)`` (a prefill reserves its whole input at admission, as vLLM does)
-or, for eviction-free variants, ``I + O - 1`` reserved at admission.
+Memory (CanAllocate's M check) counts *reserved* KV of running requests:
+``max(m, inp)`` tokens (a prefill reserves its whole input at admission, as vLLM
+does) or, for eviction-free variants, ``I + O - 1`` reserved at admission — in
+whole blocks of ``Limits.block_size`` tokens out of M // block_size (one block
+is one token by default). A decode needs a new block only when its KV fills the
+last one. With an admission *watermark* (vLLM's ``watermark``, 0.01 there), a
+request taking KV from nothing — a first fill or the refill of an evicted
+request, both of which vLLM admits from its waiting queue — is admitted only if
+``watermark · (M // block_size)`` blocks (rounded down) stay free after it; the
+gate is waived for a request that would enter an empty cache (vLLM would drop
+such a request as too long; infermax never drops one).
 
 Without chunked prefill a decoding request that outgrows a one-batch refill is
 *pinned*: never evicted, and let grow only while every pinned request can still
@@ -52,7 +60,12 @@ class Policy:
     that cannot be allocated is skipped and the group goes on (otherwise the
     group stops at it, FCFS head-of-line). lookahead: admit a waiting request only
     if the predicted future KV of all running requests stays within M (see
-    :mod:`.lookahead`).
+    :mod:`.lookahead`). C: tokens per batch of the scheduler itself, decodes
+    included (None = Limits.C; real Sarathi's token budget, 512). watermark:
+    fraction of the KV blocks a first fill or refill must leave free (0 = the
+    paper's semantics; vLLM's default is 0.01). block_size: the KV block size the
+    scheduler models (None: whatever the Limits say); ``simulate`` applies it to
+    the Limits (:meth:`.base.Scheduler.limits_for`).
     """
 
     priority: Literal["prefill", "decode", "rank"]
@@ -64,18 +77,24 @@ class Policy:
     rank_key: Literal["arrival", "input", "output"] = "arrival"
     skip_on_fail: bool = False
     lookahead: bool = False
+    C: int | None = None
+    watermark: float = 0.0
+    block_size: int | None = None
 
     def __post_init__(self) -> None:
         if self.priority not in ("prefill", "decode", "rank"):
             raise ValueError(f"Policy.priority must be prefill, decode or rank, got {self.priority!r}")
         if self.rank_key not in ("arrival", "input", "output"):
             raise ValueError(f"Policy.rank_key must be arrival, input or output, got {self.rank_key!r}")
-        if self.lookahead and (self.priority == "rank" or self.eviction_free):
-            raise ValueError("Policy.lookahead needs priority prefill or decode and eviction_free=False")
-        for name in ("P", "R_max"):
+        if self.lookahead and (self.priority == "rank" or self.eviction_free or self.C is not None):
+            raise ValueError("Policy.lookahead needs priority prefill or decode, eviction_free=False and C=None")
+        for name in ("P", "R_max", "C", "block_size"):
             v = getattr(self, name)
-            if v is not None and (not isinstance(v, int) or v < 1):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"Policy.{name} must be a positive integer or None, got {v!r}")
+        w = self.watermark
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
+            raise ValueError(f"Policy.watermark must be a fraction in [0, 1) of the KV blocks, got {w!r}")
 
 
 class _Builder:
@@ -117,11 +136,16 @@ class GetNextBatch(Scheduler):
     def __init__(self, policy: Policy, name: str = "getnextbatch") -> None:
         self.policy = policy
         self.name = name
+        self.block_size = policy.block_size
 
     def describe(self) -> dict:
         p = self.policy
-        return {"name": self.name, "priority": p.priority, "hybrid": p.hybrid, "chunked": p.chunked,
-                "P": p.P, "R_max": p.R_max, "eviction_free": p.eviction_free, "rank_key": p.rank_key}
+        out = {"name": self.name, "priority": p.priority, "hybrid": p.hybrid, "chunked": p.chunked,
+               "P": p.P, "R_max": p.R_max, "eviction_free": p.eviction_free, "rank_key": p.rank_key}
+        for key, default in (("C", None), ("watermark", 0.0), ("block_size", None)):
+            if getattr(p, key) != default:      # only what departs from the paper's semantics
+                out[key] = getattr(p, key)
+        return out
 
     # --- set-up -----------------------------------------------------------------
     def priority_order(self, workload) -> np.ndarray:
@@ -142,12 +166,23 @@ class GetNextBatch(Scheduler):
         self._version = -1
         self._future_refusal = False
         lim, p = state.limits, self.policy
+        if p.block_size is not None and lim.block_size != p.block_size:
+            raise ValueError(f"scheduler {self.name!r} models KV blocks of {p.block_size} tokens but "
+                             f"Limits.block_size = {lim.block_size}; run it through simulate, which applies it")
+        if p.lookahead and lim.block_size > 1:
+            raise ValueError(f"scheduler {self.name!r}: look-ahead admission predicts KV in tokens; "
+                             f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef variant)")
+        self._bs = lim.block_size
+        self._blocks = lim.num_blocks          # the KV budget, in blocks (tokens when block_size is 1)
+        self._wm = int(p.watermark * self._blocks)
+        self._C = min(p.C, lim.C) if p.C is not None else lim.C
         self._P = min(p.P, lim.P) if p.P is not None else lim.P
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
         # largest (re)fill one batch can hold without chunked prefill (None: chunks have no such bound)
-        self._cap = None if p.chunked else min(lim.C, self._P)
+        self._cap = None if p.chunked else min(self._C, self._P)
         self._admission = Admission(self._P, self._R, p.priority, p.hybrid) if p.lookahead else None
-        self._pins = PinGuard(self._cap, self._peak, lim.M, p.hybrid, active=not (p.eviction_free or p.lookahead))
+        self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
+                              active=not (p.eviction_free or p.lookahead), block=self._bs)
         if not p.chunked:
             cap = self._cap
             too_long = np.flatnonzero(state.input_lens > cap)
@@ -155,7 +190,7 @@ class GetNextBatch(Scheduler):
                 i = int(too_long[0])
                 raise ValueError(f"scheduler {self.name!r} has no chunked prefill, but request "
                                  f"{int(state.workload.ids[i])} has {int(state.input_lens[i])} prompt tokens > "
-                                 f"min(C = {lim.C}, P = {self._P}); raise C/P or use a chunked scheduler")
+                                 f"min(C = {self._C}, P = {self._P}); raise C/P or use a chunked scheduler")
 
     def _sets(self, state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Running, waiting and both, in priority order (recomputed only on status changes,
@@ -185,16 +220,34 @@ class GetNextBatch(Scheduler):
         return [(active, MIXED_GROUP)]
 
     # --- the loop ------------------------------------------------------------------------
+    def _blk(self, tokens):
+        """KV blocks that ``tokens`` take (tokens themselves when block_size is 1)."""
+        return tokens if self._bs == 1 else -(-tokens // self._bs)
+
     def _reserved(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
+        """KV blocks reserved by running requests ``idx``."""
         if self.policy.eviction_free:
-            return self._peak[idx]
-        return np.maximum(state.m[idx], state.inp[idx])
+            return self._blk(self._peak[idx])
+        return self._blk(np.maximum(state.m[idx], state.inp[idx]))
+
+    def _decode_blocks(self, m: np.ndarray) -> np.ndarray:
+        """New blocks a decode needs at ``m`` KV tokens: 1 when its last block is full."""
+        return self._blk(m + 1) - self._blk(m)
+
+    def _gate(self, b: _Builder, c_mem: np.ndarray, mem: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """Per candidate of a prefix (cumulative blocks ``c_mem``, own ``mem``), the watermark
+        that must stay free after it: for a request taking KV from nothing into a cache that
+        is not empty (the blocks reserved before it, ``self._blocks - b.mem + c_mem - mem``)."""
+        return np.where(new & (self._blocks - b.mem + c_mem - mem > 0), self._wm, 0)
+
+    def _room(self, b: _Builder, is_new: bool) -> int:
+        """Blocks a single candidate may take: less the watermark for a new one in a non-empty cache."""
+        return b.mem - self._wm if is_new and b.mem < self._blocks else b.mem
 
     def next_batch(self, state: ServingState) -> Plan:
         running = self._sets(state)[0]
-        lim = state.limits
-        mem_free = lim.M - int(self._reserved(state, running).sum())
-        b = _Builder(lim.C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
+        mem_free = self._blocks - int(self._reserved(state, running).sum())
+        b = _Builder(self._C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
                      self._pins.start(state, running))
         for group, kind in self.group_requests(state):
             if group.size:
@@ -219,9 +272,18 @@ class GetNextBatch(Scheduler):
             return 0
         horizon = int((state.output_lens[idx] - state.gen[idx]).min()) - 1
         if not self.policy.eviction_free:
-            free = state.limits.M - int(self._reserved(state, idx).sum())
-            horizon = min(horizon, free // idx.size)
+            free = self._blocks - int(self._reserved(state, idx).sum())
+            horizon = min(horizon, free // idx.size if self._bs == 1 else self._decode_steps(state.m[idx], free))
         return max(self._pins.repeat_limit(state, idx, horizon), 0)
+
+    def _decode_steps(self, m: np.ndarray, free: int) -> int:
+        """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""
+        base = int(self._blk(m).sum())
+        lo, hi = 0, free * self._bs + self._bs     # hi steps need more than ``free`` new blocks
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if int(self._blk(m + mid).sum()) - base <= free else (lo, mid)
+        return lo
 
     def _needs(self, state: ServingState, cand: np.ndarray):
         """Per candidate: tokens wanted, decode?, prefill tokens, new KV reserved, newly running."""
@@ -230,18 +292,18 @@ class GetNextBatch(Scheduler):
         tok = np.where(dec, 1, inp - m)
         new = m == 0
         if self.policy.eviction_free:
-            mem = np.where(new, self._peak[cand], 0)
+            mem = np.where(new, self._blk(self._peak[cand]), 0)
         else:
-            mem = np.where(dec, 1, np.where(new, inp, 0))
+            mem = np.where(dec, self._decode_blocks(m), np.where(new, self._blk(inp), 0))
         return tok, dec, np.where(dec, 0, tok), mem, new
 
     def _need_one(self, state: ServingState, x: int) -> tuple[int, bool, int, int]:
         """Scalar needs of one candidate: tokens, decode?, KV reserved, newly running."""
         m, inp = int(state.m[x]), int(state.inp[x])
         if m >= inp:
-            return 1, True, 0 if self.policy.eviction_free else 1, 0
+            return 1, True, 0 if self.policy.eviction_free else int(self._decode_blocks(m)), 0
         new = m == 0
-        mem = (int(self._peak[x]) if self.policy.eviction_free else inp) if new else 0
+        mem = self._blk(int(self._peak[x]) if self.policy.eviction_free else inp) if new else 0
         return inp - m, False, mem, int(new)
 
     def _prefix(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
@@ -252,22 +314,33 @@ class GetNextBatch(Scheduler):
         """
         if kind == DECODE_GROUP:
             per = 0 if self.policy.eviction_free else 1
-            k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
+            c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
+            if self._bs > 1 and per:
+                c_new = np.cumsum(self._decode_blocks(state.m[rest[:b.C]]))
+                k = int(np.searchsorted(c_new, b.mem, "right"))
+            else:
+                k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
             if b.pins is not None:
                 k = self._pins.after(state, b, rest[:k], np.ones(k, dtype=np.int64))[0]
-            return rest, k, np.ones(k, dtype=np.int64), (k, 0, k * per, 0), DECODE
+            used = k * per if c_new is None else (int(c_new[k - 1]) if k else 0)
+            return rest, k, np.ones(k, dtype=np.int64), (k, 0, used, 0), DECODE
         if kind == PREFILL_GROUP or kind == WAITING_GROUP:
             inp = state.inp[rest]
             tok = inp if kind == WAITING_GROUP else inp - state.m[rest]
             cap = min(b.C, b.P)
-            if tok[0] > cap or (kind == WAITING_GROUP and (b.run < 1 or self._head_mem(tok, rest) > b.mem)):
+            if tok[0] > cap or (kind == WAITING_GROUP and (b.run < 1 or self._head_mem(tok, rest) > self._room(b, True))):
                 return rest, 0, tok[:0], (0, 0, 0, 0), PREFILL
             c_tok = np.cumsum(tok)
             k = int(np.searchsorted(c_tok, cap, "right"))
             mem = 0
             if kind == WAITING_GROUP:
-                c_mem = np.cumsum(self._peak[rest]) if self.policy.eviction_free else c_tok
-                k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
+                own = self._blk(self._peak[rest] if self.policy.eviction_free else tok)
+                c_mem = np.cumsum(own) if self.policy.eviction_free or self._bs > 1 else c_tok
+                if self._wm:     # the head passed its own check above
+                    fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
+                    k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
+                else:
+                    k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
                     k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
                 if b.pins is not None:
@@ -284,7 +357,8 @@ class GetNextBatch(Scheduler):
                 if not rest.size:
                     return rest, 0, tok, (0, 0, 0, 0), 0
         c_tok, c_pf, c_mem, c_new = np.cumsum(tok), np.cumsum(pf), np.cumsum(mem), np.cumsum(new)
-        fits = (c_tok <= b.C) & (c_pf <= b.P) & (c_mem <= b.mem) & (c_new <= b.run)
+        room = b.mem - self._gate(b, c_mem, mem, new) if self._wm else b.mem
+        fits = (c_tok <= b.C) & (c_pf <= b.P) & (c_mem <= room) & (c_new <= b.run)
         k = rest.size if fits.all() else int(np.argmin(fits))
         if not k:
             return rest, 0, tok[:0], (0, 0, 0, 0), 0
@@ -293,7 +367,7 @@ class GetNextBatch(Scheduler):
         return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
 
     def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
-        return int(self._peak[rest[0]]) if self.policy.eviction_free else int(tok[0])
+        return int(self._blk(self._peak[rest[0]] if self.policy.eviction_free else tok[0]))
 
     def _fill(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int) -> None:
         pol = self.policy
@@ -318,12 +392,12 @@ class GetNextBatch(Scheduler):
                     need = self._peak[rest] - state.m[rest]
                     rest = rest[~(self._pins.pinned(state, rest) & (need >= self._peak[x] - state.m[x]))]
                 else:   # preempted while its refill still fits in one batch
-                    rest = self._evict(b, np.array([x]), int(state.m[x]), rest)
+                    rest = self._evict(b, np.array([x]), int(self._blk(state.m[x])), rest)
                 continue
             if mx > b.mem and dx and not pol.eviction_free:
                 rest = self._evict_for(state, b, x, mx, rest)
                 continue
-            if mx <= b.mem and nx <= b.run and not dx and pol.chunked:
+            if mx <= self._room(b, bool(nx)) and nx <= b.run and not dx and pol.chunked:
                 chunk = min(tx, b.C, b.P)
                 if chunk >= 1 and nx and pol.lookahead:
                     chunk *= self._admission.admit(state, b, self._sets(state)[0], np.array([x]), np.array([chunk]))
@@ -343,7 +417,7 @@ class GetNextBatch(Scheduler):
             ok = np.where(dec, b.C >= 1, min(b.C, b.P) >= 1)
         else:
             ok = (tok <= b.C) & (pf <= b.P)
-        ok &= (mem <= b.mem) & (new <= b.run)
+        ok &= (mem <= np.where(new & (b.mem < self._blocks), b.mem - self._wm, b.mem)) & (new <= b.run)
         if not self.policy.eviction_free:
             ok |= dec & (b.C >= 1)
         return rest[ok]
@@ -382,7 +456,9 @@ def register_family(name: str, doc: str, lookahead: bool = True, **policy) -> No
     """Register ``name``, its eviction-free variant ``name-ef`` (reserves I+O-1 at admission)
     and, unless ``lookahead=False``, its look-ahead variant ``name-la``.
 
-    Both accept ``R_max`` and ``P`` options (e.g. ``get_scheduler("vllm", R_max=128)``).
+    All accept ``R_max``, ``P`` and ``watermark`` options (e.g. ``get_scheduler("vllm", R_max=128)``,
+    ``"vllm:watermark=0.01"``; the watermark defaults to 0, the paper's semantics — vLLM's default
+    is 0.01).
     """
     from .registry import register_scheduler
 
@@ -393,8 +469,30 @@ def register_family(name: str, doc: str, lookahead: bool = True, **policy) -> No
     for suffix, extra in variants.items():
         full = name + suffix
 
-        def factory(R_max: int | None = None, P: int | None = default_P, _extra: dict = extra,
-                    _name: str = full) -> GetNextBatch:
-            return GetNextBatch(Policy(**policy, **_extra, P=P, R_max=R_max), name=_name)
+        def factory(R_max: int | None = None, P: int | None = default_P, watermark: float = 0.0,
+                    _extra: dict = extra, _name: str = full) -> GetNextBatch:
+            return GetNextBatch(Policy(**policy, **_extra, P=P, R_max=R_max, watermark=watermark), name=_name)
 
         register_scheduler(full, doc + notes[suffix])(factory)
+
+
+#: what the ``*-real`` presets model: vLLM's (and Vidur's) KV block size and admission watermark
+REAL_BLOCK_SIZE = 16
+REAL_WATERMARK = 0.01
+
+
+def register_preset(name: str, doc: str, **policy) -> None:
+    """Register one scheduler that behaves like a real deployment: KV in blocks of
+    :data:`REAL_BLOCK_SIZE` tokens (applied to the Limits by ``simulate``) and an admission
+    watermark of :data:`REAL_WATERMARK`, on top of ``policy``. Options: ``R_max``, ``P`` and
+    ``watermark`` (``"vllm-real:R_max=256"``)."""
+    from .registry import register_scheduler
+
+    default_P = policy.pop("P", None)
+
+    def factory(R_max: int | None = None, P: int | None = default_P,
+                watermark: float = REAL_WATERMARK) -> GetNextBatch:
+        return GetNextBatch(Policy(**policy, P=P, R_max=R_max, watermark=watermark, block_size=REAL_BLOCK_SIZE),
+                            name=name)
+
+    register_scheduler(name, doc)(factory)

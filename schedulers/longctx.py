@@ -5,7 +5,8 @@ peak KV (I + O - 1) still fits next to the peaks of the running requests, so the
 schedules they produce are eviction-free. A batch is assembled in a
 ``BatchDraft``: decodes first, then prefill chunks, each checked against C, P,
 R_max and, when asked, a target batch time predicted by the cost model (the
-scheduler's only way to reason about time).
+scheduler's only way to reason about time). KV is counted in whole blocks of
+``Limits.block_size`` tokens (out of M // block_size).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ class BatchDraft:
         self.state = state
         act = state.active
         running = act[state.status[act] == RUNNING]
-        self.peak = peak = state.peak_kv
-        self.mem = lim.M - int(peak[running].sum())
+        self.peak = peak = state.peak_kv_blocks                 # I + O - 1, in blocks
+        self.mem = lim.num_blocks - int(peak[running].sum())
         self.run = R_max - running.size
         self.C, self.P = lim.C, lim.P
         self.idx: list[int] = []

@@ -10,6 +10,8 @@ instead (while its refill still fits) and a prompt that would is not admitted
 yet. A pinned request grows only if the pinned requests stay *safe* (the
 banker's test: taken smallest need first, each can reach its peak in the KV the
 pinned ones left do not hold); otherwise it waits a batch. So they always finish.
+With KV in blocks (``Limits.block_size`` > 1) both tests count whole blocks: M is
+then the number of blocks, and a request holding m tokens takes ceil(m / block).
 
 :class:`PinGuard` holds that rule for one scheduler run; :class:`.framework.GetNextBatch`
 asks it which requests are pinned (never victims), which steps of a batch under
@@ -24,9 +26,16 @@ from infermax.state import ServingState
 Pins = dict[int, tuple[int, int]]     # pinned request index -> (m, peak = I + O - 1)
 
 
-def is_safe(M: int, pins: Pins) -> bool:
+def _blocks(tokens: int, block: int) -> int:
+    return -(-tokens // block)
+
+
+def is_safe(M: int, pins: Pins, block: int = 1) -> bool:
     """Banker's test on pinned requests ``{index: (m, peak)}``: taken smallest need (peak - m)
-    first, can each grow to its peak in the KV not held by the pinned requests left?"""
+    first, can each grow to its peak in the KV not held by the pinned requests left? (In blocks
+    of ``block`` tokens, M counting blocks.)"""
+    if block > 1:
+        pins = {i: (_blocks(m, block), _blocks(peak, block)) for i, (m, peak) in pins.items()}
     free = M - sum(m for m, _ in pins.values())
     for need, m in sorted((peak - m, m) for m, peak in pins.values()):
         if need > free:
@@ -35,10 +44,13 @@ def is_safe(M: int, pins: Pins) -> bool:
     return True
 
 
-def can_grow_together(M: int, pins: Pins) -> bool:
+def can_grow_together(M: int, pins: Pins, block: int = 1) -> bool:
     """Can the pinned requests ``{index: (m, peak)}`` all grow by one token a batch to their peaks
     at once within M? The KV peaks when one completes: s = its need batches on, the requests
-    needing at least s hold m + s each."""
+    needing at least s hold m + s each (ceil((m + s) / block) blocks each, M counting blocks)."""
+    if block > 1:
+        items = sorted((peak - m, m) for m, peak in pins.values())
+        return all(sum(_blocks(m + s, block) for _, m in items[k:]) <= M for k, (s, _) in enumerate(items))
     held, count = sum(m for m, _ in pins.values()), len(pins)
     for need, m in sorted((peak - m, m) for m, peak in pins.values()):
         if held + count * need > M:
@@ -51,10 +63,10 @@ class PinGuard:
     """The pin rule for one run: ``cap`` = min(C, P) without chunked prefill (None: nothing is ever
     pinned), ``peak`` = I + O - 1 per request; ``active``: whether steps are checked at all (only when
     some request can outgrow a one-batch refill, and never for the eviction-free and look-ahead
-    variants, which never run short of KV)."""
+    variants, which never run short of KV). With ``block`` > 1, ``M`` counts KV blocks of that many tokens."""
 
-    def __init__(self, cap: int | None, peak: np.ndarray, M: int, hybrid: bool, active: bool) -> None:
-        self.cap, self.peak, self.M, self.hybrid = cap, peak, M, hybrid
+    def __init__(self, cap: int | None, peak: np.ndarray, M: int, hybrid: bool, active: bool, block: int = 1) -> None:
+        self.cap, self.peak, self.M, self.hybrid, self.block = cap, peak, M, hybrid, block
         self.active = active and cap is not None and bool((peak > cap).any())
 
     def pinned(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
@@ -91,8 +103,8 @@ class PinGuard:
                 continue
             before = pins.get(i)
             pins[i] = (m, int(self.peak[i]))
-            ok = not check or (is_safe(self.M, pins) and (before is not None or can_grow_together(
-                self.M, self._after_batch(b, pins, stepped, m > tok[k]))))
+            ok = not check or (is_safe(self.M, pins, self.block) and (before is not None or can_grow_together(
+                self.M, self._after_batch(b, pins, stepped, m > tok[k]), self.block)))
             if not ok:
                 if before is None:
                     del pins[i]
@@ -138,4 +150,5 @@ class PinGuard:
         """Are the pinned requests safe after ``num_steps`` decodes of ``idx`` (completing none)?"""
         m = state.m[idx] + num_steps
         p = m >= self.cap
-        return is_safe(self.M, dict(zip(idx[p].tolist(), zip(m[p].tolist(), self.peak[idx[p]].tolist()))))
+        return is_safe(self.M, dict(zip(idx[p].tolist(), zip(m[p].tolist(), self.peak[idx[p]].tolist()))),
+                       self.block)

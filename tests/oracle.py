@@ -10,7 +10,8 @@ test can replay the oracle's own answer. The moves from each state are cached on
 One batch, in phases: *evict* any running requests (m > 0 -> 0; in decode phase, m >= inp,
 also inp -> m + 1), *choose* a chunk per request (a request evicted here may be refilled
 here: prefill/refill phase any 1 <= c <= inp - m, decode phase exactly c = 1), *check*
-Σc <= C, prefill tokens <= P, KV Σm <= M and running requests <= R_max (both counted after
+Σc <= C, prefill tokens <= P, KV Σm <= M — with ``block_size`` b > 1 also Σ ceil(m / b) <=
+M // b — and running requests <= R_max (counted after
 the tokens are added, before completions free their KV), *price* it with
 ``cost.batch_time(c, m_before, m_before >= inp)``, *commit* (a token is generated when m
 reaches inp or in decode; at gen == O the KV is freed). A batch starts at
@@ -190,6 +191,9 @@ class Oracle:
                 num_tokens = sum(chunks)
                 if not 0 < num_tokens <= min(lim.C, kv_left):
                     continue
+                blocks = sum(_blocks(p.m + c, lim.block_size) for p, c in zip(cur, chunks))
+                if blocks > lim.num_blocks:
+                    continue
                 if sum(c for c, p in zip(chunks, cur) if p.m < p.inp) > lim.P:
                     continue
                 num_new = sum(1 for c, p in zip(chunks, cur) if c and p.m == 0)
@@ -198,6 +202,7 @@ class Oracle:
                 # an eviction of a request outside the batch that the batch does not need waits for a later
                 # batch (the request must run again): same states, times and costs, fewer moves
                 if self.defer_evictions and any(not chunks[i] and num_tokens + state[i].m <= kv_left
+                                                and blocks + _blocks(state[i].m, lim.block_size) <= lim.num_blocks
                                                 and num_new < new_left for i in evict):
                     continue
                 yield self._commit(cur, evict, chunks)
@@ -301,6 +306,10 @@ def _allowed(mv: Move, policy: Policy) -> bool:
     """Whether ``mv`` (within the policy's limits) is a batch of ``policy``'s class."""
     return ((policy.allow_eviction or not mv.evict) and (policy.hybrid or not mv.is_hybrid)
             and (policy.chunked_prefill or not mv.is_chunked))
+
+
+def _blocks(tokens: int, block: int) -> int:
+    return -(-tokens // block)
 
 
 def _least_kv_area(p: Progress, gen_left: int, fill_left: int) -> int:

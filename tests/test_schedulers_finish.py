@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload, replay, simulate
 from infermax.costmodel import get_cost_model
-from infermax.schedulers import get_scheduler
+from infermax.schedulers import available, get_scheduler
 from infermax.state import ServingState
 
 from factories import ALL_SCHEDULERS, make_workload
@@ -29,6 +29,7 @@ def _at_risk(name: str) -> bool:
     return name.endswith("-la") or (d.get("chunked") is False and not d.get("eviction_free"))
 
 
+PRESETS = [n for n in available() if get_scheduler(n).block_size is not None]   # vllm-real, sarathi-real
 AT_RISK = [n for n in ALL_SCHEDULERS if _at_risk(n)]
 OTHERS = [n for n in ALL_SCHEDULERS if not _at_risk(n)]
 
@@ -55,7 +56,13 @@ def tight_instances(draw):
 
 
 def finishes_or_refuses(name: str, workload: Workload, limits: Limits):
-    """Run ``name``: None if it refused at reset (checked here), else the replayed SimResult."""
+    """Run ``name``: None if it refused at reset (checked here), else the replayed SimResult.
+
+    In blocks (a ``*-real`` preset's 16, or ``limits.block_size``) the cache is rounded up to whole
+    blocks (every request then fits, in a cache of a few blocks), and judged in blocks."""
+    block = get_scheduler(name).block_size or limits.block_size
+    if block > 1:
+        limits = limits.replace(M=-(-limits.M // block) * block, block_size=block)
     try:
         get_scheduler(name).reset(ServingState(workload, limits, get_cost_model(None)))
     except ValueError as exc:
@@ -92,13 +99,23 @@ def test_other_schedulers_finish_or_refuse(name, inst):
     finishes_or_refuses(name, *inst)
 
 
+@pytest.mark.parametrize("name", PRESETS + ["vllm", "sarathi-nocp", "vllm-hy-ef", "medha"])
+@settings(max_examples=12)
+@given(inst=tight_instances(), block=st.sampled_from([2, 3]))
+def test_schedulers_finish_or_refuse_in_blocks(name, inst, block):
+    """KV in blocks: reservations, decodes that need a block only at a block's end, the pin guard
+    counting blocks, the presets' watermark (0 blocks here: 1 % of a few)."""
+    workload, limits = inst
+    finishes_or_refuses(name, workload, limits.replace(M=-(-limits.M // block) * block, block_size=block))
+
+
 # --- the instances of issue 18 §2 ------------------------------------------------------------
 TOY = [([1, 1], [2, 2], Limits(M=2, C=1), 0.036481),   # vllm, vllm-hy were stuck
        ([1, 1], [3, 2], Limits(M=4, C=1), 0.045516)]   # vllm-la, vllm-hy-la too
 
 
 @pytest.mark.parametrize("ins, outs, limits, optimum_s", TOY)
-@pytest.mark.parametrize("name", ALL_SCHEDULERS)
+@pytest.mark.parametrize("name", ALL_SCHEDULERS + PRESETS)
 def test_issue_instances_finish(name, ins, outs, limits, optimum_s):
     result = finishes_or_refuses(name, make_workload(list(zip(ins, outs))), limits)
     assert result.metrics["latency_s"] >= optimum_s - 1e-6   # nothing beats the optimum

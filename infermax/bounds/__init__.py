@@ -14,6 +14,12 @@ returns the best value, which no valid schedule can beat. For the makespan
 For the means of TTFT, end-to-end latency (``completion``) and TPOT:
 ``requests``, what each request takes alone (`requests`), and ``milp`` as above.
 
+KV in blocks (``Limits.block_size`` = b > 1): the relaxations count KV in tokens
+within M_b = b·(M // b). Every schedule valid in blocks holds Σ m <= Σ b·ceil(m/b)
+<= M_b tokens, so it is valid for the token relaxation too and each bound stays
+below its value; ignoring the rounding of each request's KV only loosens them.
+The ``milp`` method solves the block model itself.
+
 Every value is lowered by a relative :data:`SAFETY` margin, so that rounding in
 its own arithmetic (or an LP solver's tolerances) can never lift it above the
 replayed value of a schedule: a bound is valid under floating point, always.
@@ -84,6 +90,9 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
                          f"use {', '.join(METHODS_OF[objective])}")
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     workload.check_fits(limits)
+    block_limits = limits           # the MILP models the blocks; the relaxations count tokens in M_b
+    if limits.block_size > 1:
+        limits = limits.replace(M=limits.num_blocks * limits.block_size, block_size=1)
     co = coefficients_of(cost)
     values: dict[str, float] = {}
     certs: dict[str, dict] = {}
@@ -94,7 +103,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
         "lp": lambda: _safe(lp_bound(co, workload, limits)),
         "lagrangian": lambda: _safe(lagrangian_bound(co, workload, limits, upper=upper)),
         "requests": lambda: _safe(mean_bound(co, workload, limits, minimised)),
-        "milp": lambda: _milp_bound(workload, limits, cost, minimised, milp_time_limit_s),
+        "milp": lambda: _milp_bound(workload, block_limits, cost, minimised, milp_time_limit_s),
     }
     for name in methods:
         if name == "milp" and len(workload) > milp_max_requests:
