@@ -133,30 +133,56 @@ def _meta(sched: Any, workload: Workload, limits: Limits, cost: CostModel) -> di
             "cost": cost.describe()}
 
 
-def _run(state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter", recorder: TraceRecorder,
-         ids: np.ndarray, progress: Callable[[int, int], None] | None, fast_forward: bool) -> None:
-    """The loop: plan (scheduler) -> execute and commit (state.apply) -> record, until every request is done."""
-    not_before = 0.0
-    while not state.is_finished:
+class ReplicaRunner:
+    """One replica's loop body — plan (scheduler) -> execute and commit (state.apply) -> record.
+
+    The simulator drives one runner; the cluster engine (infermax.cluster) drives one per
+    replica through the same :meth:`step`, so the two share every line of batch construction.
+    """
+
+    def __init__(self, state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter",
+                 recorder: TraceRecorder, ids: np.ndarray, fast_forward: bool = True) -> None:
+        self.state, self.sched, self.out, self.recorder, self.ids = state, sched, out, recorder, ids
+        self.fast_forward = fast_forward
+        self.not_before = 0.0
+
+    def step(self) -> bool:
+        """Run the next batch (True), or say that nothing can run now (False)."""
+        state, sched, ids = self.state, self.sched, self.ids
         plan = sched.next_batch(state)
         if plan.idx.size == 0:
             if plan.evict.size:
                 raise SchedulerStuckError(f"scheduler {sched.name!r} evicted requests but scheduled none "
                                           f"(batch {state.num_batches})")
+            return False
+        not_before = self.not_before
+        start, duration, record = state.apply(plan.idx, plan.tokens, plan.evict, not_before)
+        batch = Batch.trusted(ids[plan.idx], plan.tokens, ids[plan.evict] if plan.evict.size else _NO_IDS, not_before)
+        self.out.add(batch)
+        self.recorder.add(start, duration, record)
+        self.not_before = 0.0
+        if self.fast_forward and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
+            starts, durations, records = state.apply_decode_run(plan.idx, steps)
+            self.out.add(Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0), int(starts.size))
+            self.recorder.add_many(starts, durations, records)
+        return True
+
+    def wait_until(self, time_s: float) -> None:
+        """Idle until ``time_s``; the next batch records it as ``not_before_s``."""
+        self.state.advance_clock(time_s)
+        self.not_before = time_s
+
+
+def _run(state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter", recorder: TraceRecorder,
+         ids: np.ndarray, progress: Callable[[int, int], None] | None, fast_forward: bool) -> None:
+    """The loop: run batches until every request is done, idling until the next arrival when none can run."""
+    runner = ReplicaRunner(state, sched, out, recorder, ids, fast_forward)
+    while not state.is_finished:
+        if not runner.step():
             nxt = state.next_arrival_s
             if nxt is None:
                 raise SchedulerStuckError(_stuck_message(state, sched.name))
-            state.advance_clock(nxt)
-            not_before = nxt
+            runner.wait_until(nxt)
             continue
-        start, duration, record = state.apply(plan.idx, plan.tokens, plan.evict, not_before)
-        batch = Batch.trusted(ids[plan.idx], plan.tokens, ids[plan.evict] if plan.evict.size else _NO_IDS, not_before)
-        out.add(batch)
-        recorder.add(start, duration, record)
-        not_before = 0.0
-        if fast_forward and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
-            starts, durations, records = state.apply_decode_run(plan.idx, steps)
-            out.add(Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0), int(starts.size))
-            recorder.add_many(starts, durations, records)
         if progress is not None and state.num_batches % 256 == 0:
             progress(state.num_done, state.num_requests)

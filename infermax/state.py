@@ -45,8 +45,9 @@ class ServingState:
     concurrently active requests cost.
     """
 
-    def __init__(self, workload: Workload, limits: Limits, cost: CostModel) -> None:
-        workload.check_fits(limits)
+    def __init__(self, workload: Workload, limits: Limits, cost: CostModel, dispatched: bool = False) -> None:
+        if not dispatched:
+            workload.check_fits(limits)
         self.workload, self.limits, self.cost = workload, limits, cost
         n = len(workload)
         self.input_lens = workload.input_lens
@@ -70,8 +71,21 @@ class ServingState:
         self._slot = np.zeros(n, dtype=np.int64)      # scratch for the duplicate check
         self._arange = np.arange(n, dtype=np.int64)
         self._offline = workload.is_offline
-        self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
+        # requests become WAITING at their admission time: the arrival, or (dispatched=True, one replica of
+        # a cluster) the time the cluster engine dispatches them here; _arrival_order[:_num_queued] is
+        # sorted by it and _next_arrival points at the first not yet admitted
+        self._dispatched = dispatched
+        if dispatched:
+            self._admit_s = np.full(n, np.inf)
+            self._arrival_order = np.zeros(n, dtype=np.int64)
+            self._num_queued = 0
+            self._offline = False
+        else:
+            self._admit_s = workload.arrivals_s
+            self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
+            self._num_queued = n
         self._next_arrival = 0
+        self.horizon_s: float | None = None   # dispatched: the next time the engine may dispatch here
         self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
         self._active_upto = 0                        # arrivals (in arrival order) already in _active
         self._active_version = 0
@@ -97,14 +111,16 @@ class ServingState:
     @property
     def next_arrival_s(self) -> float | None:
         """Arrival time of the next request not yet arrived (None if all arrived)."""
-        if self._next_arrival >= self.m.size:
-            return None
-        return float(self.arrivals_s[self._arrival_order[self._next_arrival]])
+        own = (float(self._admit_s[self._arrival_order[self._next_arrival]])
+               if self._next_arrival < self._num_queued else None)
+        if self.horizon_s is None:
+            return own
+        return self.horizon_s if own is None else min(own, self.horizon_s)
 
     @property
     def arrival_order(self) -> np.ndarray:
-        """Request indices by arrival time, ties by index (first come, first served)."""
-        return self._arrival_order
+        """Request indices by arrival (admission) time, ties by index (first come, first served)."""
+        return self._arrival_order[:self._num_queued]
 
     @property
     def active(self) -> np.ndarray:
@@ -126,8 +142,8 @@ class ServingState:
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
-        order, k, n = self._arrival_order, self._next_arrival, self.m.size
-        while k < n and self.arrivals_s[order[k]] <= self.clock_s:
+        order, k, n = self._arrival_order, self._next_arrival, self._num_queued
+        while k < n and self._admit_s[order[k]] <= self.clock_s:
             self.status[order[k]] = WAITING
             k += 1
         if k != self._next_arrival:
@@ -138,6 +154,31 @@ class ServingState:
         """Idle until ``time_s`` (never backwards), then admit arrivals."""
         self.clock_s = max(self.clock_s, time_s)
         self.admit_arrivals()
+
+    def dispatch(self, i: int, time_s: float) -> None:
+        """(``dispatched=True`` only) Request ``i`` reaches this replica at ``time_s``.
+
+        Dispatches come in time order (the cluster engine's events); a request is
+        dispatched once. It is admitted at once if the clock has reached ``time_s``.
+        """
+        if not self._dispatched:
+            raise RuntimeError("dispatch() is for a ServingState made with dispatched=True")
+        if self.status[i] != FUTURE or np.isfinite(self._admit_s[i]):
+            raise ValueError(f"request {int(self.workload.ids[i])} is dispatched twice to the same replica")
+        k = self._num_queued
+        if k and time_s < self._admit_s[self._arrival_order[k - 1]]:
+            raise ValueError(f"dispatch of request {int(self.workload.ids[i])} at {time_s!r} s is earlier than the "
+                             f"previous dispatch ({float(self._admit_s[self._arrival_order[k - 1]])!r} s)")
+        self._admit_s[i] = time_s
+        self._arrival_order[k] = i
+        self._num_queued = k + 1
+        if time_s <= self.clock_s:
+            self.admit_arrivals()
+
+    @property
+    def has_work(self) -> bool:
+        """Requests dispatched here and not finished (admitted or not yet)."""
+        return self.num_done < self._num_queued
 
     # --- the transition -------------------------------------------------------
     def apply(self, idx: np.ndarray, tokens: np.ndarray, evict: np.ndarray,
@@ -152,7 +193,7 @@ class ServingState:
         ids = self.workload.ids
         status, m, inp = self.status, self.m, self.inp
         start = max(self.clock_s, not_before_s)
-        if not self._offline and idx.size and (late := float(self.arrivals_s[idx].max())) > start:
+        if not self._offline and idx.size and (late := float(self._admit_s[idx].max())) > start:
             start = late
         if start > self.clock_s:
             self.advance_clock(start)
@@ -277,7 +318,7 @@ class ServingState:
             self.version += 1
         self.clock_s = end
         self.num_batches = j + 1
-        if self._next_arrival < self.m.size:
+        if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return start, duration, (n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
 
@@ -325,7 +366,7 @@ class ServingState:
         self.kv_used = int(kv[-1])
         self.clock_s = float(starts[num_steps])
         self.num_batches = j + num_steps
-        if self._next_arrival < self.m.size:
+        if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         records = np.empty((num_steps, 7), dtype=np.int64)
         records[:, :4] = (n, n, 0, n)

@@ -1,4 +1,5 @@
-"""Many replicas: the cluster spec (nodes, GPUs, links) and the replicas placed on it (DESIGN.md)."""
+"""Many replicas: the cluster spec (nodes, GPUs, links), placement rules, fast SP, and the cluster engine."""
+from .engine import POLICIES, ClusterEngine, ClusterResult, simulate_cluster
 from .spec import Cluster, Replica
 
-__all__ = ["Cluster", "Replica"]
+__all__ = ["POLICIES", "Cluster", "ClusterEngine", "ClusterResult", "Replica", "simulate_cluster"]
