@@ -5,16 +5,11 @@ papers' grids). Only FULL runs write ``figures/``: the figures, and each noteboo
 ``figures/<notebook>_results.csv``. With ``INFERMAX_NOTEBOOK_CACHE=DIR`` a FULL run keeps its sweep tables in
 DIR and a re-run resumes from them (to redraw figures without recomputing).
 
-Claims. Every paper claim a notebook reproduces is one :class:`Claim` (``claims_infermax.py``,
-``claims_longctx.py``): the paper's statement and number, a tolerance, and a function that measures our
-number on a notebook's results table. The verdict is computed from them, never written by hand:
-
-- ``reproduced``: ours within the tolerance of the paper's number (a claim without a number: the stated
-  ordering holds in every cell of the grid);
-- ``direction only``: the same sign or ordering, the magnitude outside the tolerance (an ordering: it holds
-  in most cells, not all);
-- ``differs``: not even the direction; the claim's cause says why;
-- ``not run``: no full-scale result, or nothing of ours to compare with (the cause says which).
+Claims. Every paper claim a notebook reproduces is one :class:`claimlib.Claim` (``claims_contention.py``:
+InferMax §4.2-4.4; ``claims_scheduling.py``: §4.5-4.7; ``claims_longctx.py``: Medha and PecSched): the paper's
+statement and number, a tolerance, and a function that measures our number on a notebook's results table.
+The verdict (reproduced / direction only / differs / not run; see ``claimlib.py``) is computed from them,
+never written by hand.
 
 The table ``FINDINGS.md`` / ``FINDINGS.csv`` is computed from the committed FULL results only::
 
@@ -30,34 +25,21 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import pandas as pd
+
+from claimlib import NOT_RUN, REPRODUCED, TOLERANCE_NOTE, VERDICTS, Claim, DIFFERS, DIRECTION_ONLY
 
 HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures"
 TABLE_MD, TABLE_CSV = HERE / "FINDINGS.md", HERE / "FINDINGS.csv"
-CLAIM_MODULES = ("claims_infermax", "claims_longctx")
+CLAIM_MODULES = ("claims_contention", "claims_scheduling", "claims_longctx")
 NOTEBOOKS = ("01_high_contention", "02_eviction_free", "03_memory_sweep", "04_optimal_evictions", "05_rmax",
              "06_ranking", "07_long_context")
-REPRODUCED, DIRECTION_ONLY, DIFFERS, NOT_RUN = "reproduced", "direction only", "differs", "not run"
-VERDICTS = (REPRODUCED, DIRECTION_ONLY, DIFFERS, NOT_RUN)
 COLUMNS = ["notebook", "paper", "section", "claim", "paper_number", "ours", "tolerance", "verdict", "cause"]
-# the tolerance of every number the papers state, and why (FINDINGS.md repeats this)
-EFFECT_TOLERANCE = 0.25
-TOLERANCE_NOTE = (
-    "A factor or percentage the paper states is reproduced when our effect (factor − 1; a reduction by r is "
-    "the factor 1 / (1 − r)) is within ±25 % of the paper's effect (a range is widened by 25 % at each end). "
-    "Why 25 %: the paper's numbers come from its own cost-model fit, which it reports to be 3–30 % off the real "
-    "system (InferMax App. A.2); ours is another fit of the same kind of profiles, so a ratio of two simulated "
-    "runs cannot be expected to agree more closely. A bound the paper states (> 90 %, < 20 %) is its own "
-    "tolerance. A claim without a number (an ordering) is reproduced when it holds in every cell of the grid "
-    "the paper shows, direction only when it holds in most of them.")
 
 
 def mode() -> str:
@@ -80,204 +62,6 @@ def results_file(name: str) -> Path | None:
     ``$INFERMAX_NOTEBOOK_CACHE/<name>.parquet`` (no cache when the variable is unset, or in SMALL mode)."""
     root = os.environ.get("INFERMAX_NOTEBOOK_CACHE")
     return Path(root) / f"{name}.parquet" if root and mode() == "full" else None
-
-
-# --- what a paper states ----------------------------------------------------------------------------
-def fmt_factor(v: float, unit: str) -> str:
-    """A factor the way the paper writes it: ``13x``, ``+6.9 %`` (an increase), ``40.9 %`` (a reduction)."""
-    if not math.isfinite(v):
-        return str(v)
-    if unit == "%+" and v < 3:
-        return f"{(v - 1) * 100:+.1f} %"
-    if unit == "%-" and v > 0:
-        return f"{(1 - 1 / v) * 100:.1f} % less"
-    return f"{v:.3g}x"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Effect:
-    """A factor the paper reports, ``lo`` (one number) or ``lo``..``hi`` (a range), oriented so that > 1 is
-    the paper's direction. ``unit`` is how the paper writes it: ``x``, ``%+`` (an increase) or ``%-`` (a
-    reduction by r, stored as the factor 1 / (1 − r)). Ours is within tolerance when its effect, factor − 1,
-    lies within ±``tol`` of the paper's effect."""
-    lo: float
-    hi: float | None = None
-    unit: str = "x"
-    tol: float = EFFECT_TOLERANCE
-
-    def bounds(self) -> tuple[float, float]:
-        hi = self.lo if self.hi is None else self.hi
-        return 1 + (self.lo - 1) * (1 - self.tol), 1 + (hi - 1) * (1 + self.tol)
-
-    def contains(self, value: float) -> bool:
-        lo, hi = self.bounds()
-        return lo <= value <= hi
-
-    def direction(self, value: float) -> bool:
-        return value > 1
-
-    def number(self) -> str:
-        one = fmt_factor(self.lo, self.unit)
-        return one if self.hi is None else f"{one} – {fmt_factor(self.hi, self.unit)}"
-
-    def tolerance(self) -> str:
-        lo, hi = self.bounds()
-        return f"±{self.tol:.0%} of the effect: {fmt_factor(lo, self.unit)} .. {fmt_factor(hi, self.unit)}"
-
-    def show(self, value: float) -> str:
-        return fmt_factor(value, self.unit)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Share:
-    """A share (0..1) the paper bounds or gives a range for: within ``lo``..``hi``, the range widened by
-    ``tol`` (relative) at each end; ``tol = 0`` for a bound, which is its own tolerance. ``why``: the bound
-    is our reading of a word of the paper ("close"), not a number it states."""
-    lo: float = 0.0
-    hi: float = 1.0
-    tol: float = 0.0
-    why: str = ""
-
-    def contains(self, value: float) -> bool:
-        return self.lo * (1 - self.tol) <= value <= min(1.0, self.hi * (1 + self.tol))
-
-    def direction(self, value: float) -> bool | None:
-        return None          # a bound has no sign of its own; a claim gives its direction with its number
-
-    def number(self) -> str:
-        if self.why:
-            return "no number"
-        if self.lo == 0:
-            return f"< {self.hi:.0%}"
-        return f"> {self.lo:.0%}" if self.hi == 1 and self.tol == 0 else f"{self.lo:.0%} – {self.hi:.0%}"
-
-    def tolerance(self) -> str:
-        if self.why:
-            return self.why
-        if self.tol == 0:
-            return "the paper's bound"
-        return f"±{self.tol:.0%} relative: {self.lo * (1 - self.tol):.0%} .. {min(1.0, self.hi * (1 + self.tol)):.0%}"
-
-    def show(self, value: float) -> str:
-        return f"{value:.1%}"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Near:
-    """A value the paper gives as approximate ("≈ 98", "comparable", "peaks at 128"): within ±``tol``
-    (relative) of ``value``; ``why`` says how the tolerance reads the paper's word."""
-    value: float
-    tol: float
-    why: str
-
-    def contains(self, value: float) -> bool:
-        return abs(value - self.value) <= self.tol * abs(self.value) + 1e-12
-
-    def direction(self, value: float) -> bool | None:
-        return None
-
-    def number(self) -> str:
-        return f"≈ {self.value:g}"
-
-    def tolerance(self) -> str:
-        return f"±{self.tol:.0%} ({self.why})" if self.tol else self.why
-
-    def show(self, value: float) -> str:
-        return f"{value:.3g}"
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Ordering:
-    """A claim without a number: an ordering that should hold in every cell of the grid. Ours is the
-    share of cells where it holds."""
-    paper: str = "qualitative"
-
-    def contains(self, value: float) -> bool:
-        return value == 1
-
-    def direction(self, value: float) -> bool:
-        return value > 0.5
-
-    def number(self) -> str:
-        return self.paper
-
-    def tolerance(self) -> str:
-        return "every cell (direction only: most cells)"
-
-    def show(self, value: float) -> str:
-        return f"{value:.0%} of cells"
-
-
-Target = Effect | Share | Near | Ordering
-
-
-class Ours(NamedTuple):
-    """Our number for a claim: ``value`` (compared with the target), ``text`` (as the table shows it, with
-    where it was found) and ``holds``, the claim's direction when it is not the target's own sign."""
-    value: float
-    text: str
-    holds: bool | None = None
-
-
-class Missing(LookupError):
-    """A results table lacks what a claim needs (a SMALL grid without the cells, or no FULL run yet)."""
-
-
-def cells(mask) -> Ours:
-    """An ordering measured over a boolean Series of cells: the share that holds, and ``k/n cells``."""
-    mask = pd.Series(mask, dtype=bool)
-    if mask.empty:
-        raise Missing("no cells")
-    return Ours(float(mask.mean()), f"{int(mask.sum())}/{len(mask)} cells")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Claim:
-    """One paper claim, ours measured by ``measure(results)``; ``target=None``: nothing of ours to compare
-    with (the cause says why). ``cause`` explains a verdict other than ``reproduced``."""
-    notebook: str
-    paper: str
-    section: str
-    statement: str
-    target: Target | None
-    measure: Callable[[pd.DataFrame], Ours] | None
-    cause: str = ""
-
-    def evaluate(self, results: pd.DataFrame | None) -> dict:
-        ours = None
-        if self.target is not None and self.measure is not None and results is not None:
-            try:
-                ours = self.measure(results)
-            except (Missing, KeyError):
-                ours = None
-        verdict = verdict_of(self.target, ours)
-        cause = "" if verdict == REPRODUCED else self.cause
-        if verdict == NOT_RUN and self.target is not None:
-            cause = ("no full-scale result yet (python notebooks/findings.py --rerun " + self.notebook + ")"
-                     if results is None else "the results lack the cells this claim needs")
-        return {"notebook": self.notebook[:2], "paper": self.paper, "section": self.section,
-                "claim": self.statement, "paper_number": "-" if self.target is None else self.target.number(),
-                "ours": "-" if ours is None else ours.text,
-                "tolerance": "-" if self.target is None else self.target.tolerance(),
-                "verdict": verdict, "cause": cause,
-                "holds": None if ours is None else holds_of(self.target, ours)}
-
-
-def holds_of(target: Target, ours: Ours) -> bool | None:
-    """The claim's direction in our numbers: the claim's own, else the target's sign (None: the claim has
-    no direction apart from its number, e.g. "≈ 98")."""
-    return target.direction(ours.value) if ours.holds is None else bool(ours.holds)
-
-
-def verdict_of(target: Target | None, ours: Ours | None) -> str:
-    if target is None or ours is None or not math.isfinite(ours.value):
-        return NOT_RUN
-    holds, within = holds_of(target, ours), target.contains(ours.value)
-    if holds is None:
-        return REPRODUCED if within else DIFFERS
-    if holds and within:
-        return REPRODUCED
-    return DIRECTION_ONLY if holds else DIFFERS
 
 
 # --- the claims, and the results they are measured on ------------------------------------------------
@@ -330,6 +114,8 @@ def markdown(df: pd.DataFrame) -> str:
             "`python notebooks/findings.py --rerun` re-runs the notebooks first. Do not edit by hand.", "",
             f"**{len(df)} claims: {c[REPRODUCED]} reproduced, {c[DIRECTION_ONLY]} direction only, "
             f"{c[DIFFERS]} differ, {c[NOT_RUN]} not run.**", "", "Tolerances. " + TOLERANCE_NOTE, "",
+            "Notebook 04's solves stop at 30 s: those not proven optimal (status `feasible` in "
+            "`figures/04_optimal_evictions_results.csv`) can move a little between two runs of the same code.", "",
             "| nb | paper | § | claim | paper's number | ours | tolerance | verdict | cause |",
             "|---|---|---|---|---|---|---|---|---|"]
     rows = ["| " + " | ".join(_cell(r[k]) for k in COLUMNS) + " |" for r in df.to_dict("records")]
@@ -401,6 +187,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import findings   # the importable copy: the claim modules register into that one
-
-    raise SystemExit(findings.main())
+    raise SystemExit(main())

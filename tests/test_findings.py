@@ -16,7 +16,8 @@ from infermax import Limits, Workload, simulate
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 sys.path.insert(0, str(NOTEBOOKS))
-import findings  # noqa: E402  (notebooks/ is not a package: the notebooks import it by this name too)
+import claimlib  # noqa: E402  (notebooks/ is not a package: the notebooks import these by name too)
+import findings  # noqa: E402
 
 # the design notes' copies of the papers, beside the checkout (or one of its parents), if present
 PAPERS = next((p / "shared" / "papers" for p in Path(__file__).resolve().parents if (p / "shared" / "papers").is_dir()),
@@ -67,11 +68,11 @@ def test_a_small_run_raises_when_a_claim_reproduced_at_full_scale_points_the_oth
 def _paper_numbers(claim) -> list[float]:
     """The numbers the target was built from, in the unit the paper writes them."""
     t = claim.target
-    if isinstance(t, findings.Effect):
+    if isinstance(t, claimlib.Effect):
         values = [t.lo] + ([] if t.hi is None else [t.hi])
         unit = {"x": lambda v: v, "%+": lambda v: (v - 1) * 100, "%-": lambda v: (1 - 1 / v) * 100}[t.unit]
         return [round(unit(v), 1) for v in values]
-    if isinstance(t, findings.Share) and not t.why:     # (a Share with `why` reads a word, e.g. "close")
+    if isinstance(t, claimlib.Share) and not t.why:     # (a Share with `why` reads a word, e.g. "close")
         return [round(v * 100, 1) for v in (t.lo, t.hi) if 0 < v < 1]
     return []
 
@@ -90,29 +91,29 @@ def test_every_target_is_the_number_the_claim_quotes_from_the_paper():
 
 
 @pytest.mark.parametrize("target, value, verdict", [
-    (findings.Effect(lo=13), 11.0, "reproduced"),            # effect 10 within ±25 % of 12
-    (findings.Effect(lo=13), 7.0, "direction only"),
-    (findings.Effect(lo=13), 0.9, "differs"),
-    (findings.Effect(lo=1 / (1 - 0.409), unit="%-"), 1 / (1 - 0.068), "direction only"),
-    (findings.Effect(lo=1 / (1 - 0.58), hi=1 / (1 - 0.87), unit="%-"), 1 / (1 - 0.70), "reproduced"),
-    (findings.Effect(lo=1 / (1 - 0.58), hi=1 / (1 - 0.87), unit="%-"), 1 / (1 - 0.994), "direction only"),
-    (findings.Ordering(), 1.0, "reproduced"),
-    (findings.Ordering(), 0.7, "direction only"),
-    (findings.Ordering(), 0.5, "differs"),
-    (findings.Share(lo=0.9), 0.93, "reproduced"),
-    (findings.Share(lo=0.9), 0.89, "differs"),
-    (findings.Near(value=98, tol=0.1, why="-"), 93.1, "reproduced"),
-    (findings.Near(value=98, tol=0.1, why="-"), 85.0, "differs"),
+    (claimlib.Effect(lo=13), 11.0, "reproduced"),            # effect 10 within ±25 % of 12
+    (claimlib.Effect(lo=13), 7.0, "direction only"),
+    (claimlib.Effect(lo=13), 0.9, "differs"),
+    (claimlib.Effect(lo=1 / (1 - 0.409), unit="%-"), 1 / (1 - 0.068), "direction only"),
+    (claimlib.Effect(lo=1 / (1 - 0.58), hi=1 / (1 - 0.87), unit="%-"), 1 / (1 - 0.70), "reproduced"),
+    (claimlib.Effect(lo=1 / (1 - 0.58), hi=1 / (1 - 0.87), unit="%-"), 1 / (1 - 0.994), "direction only"),
+    (claimlib.Ordering(), 1.0, "reproduced"),
+    (claimlib.Ordering(), 0.7, "direction only"),
+    (claimlib.Ordering(), 0.5, "differs"),
+    (claimlib.Share(lo=0.9), 0.93, "reproduced"),
+    (claimlib.Share(lo=0.9), 0.89, "differs"),
+    (claimlib.Near(value=98, tol=0.1, why="-"), 93.1, "reproduced"),
+    (claimlib.Near(value=98, tol=0.1, why="-"), 85.0, "differs"),
 ])
 def test_the_verdict_follows_from_the_paper_number_and_ours(target, value, verdict):
-    assert findings.verdict_of(target, findings.Ours(value, "-")) == verdict
+    assert claimlib.verdict_of(target, claimlib.Ours(value, "-")) == verdict
 
 
 def test_a_claim_s_own_direction_overrides_the_sign_and_a_missing_result_is_not_run():
-    t = findings.Effect(lo=1.017, unit="%+")
-    assert findings.verdict_of(t, findings.Ours(1.015, "-", holds=False)) == "differs"     # up to, but rarely
-    assert findings.verdict_of(findings.Share(lo=0.9), findings.Ours(0.89, "-", holds=True)) == "direction only"
-    assert findings.verdict_of(t, None) == "not run" and findings.verdict_of(None, findings.Ours(1, "-")) == "not run"
+    t = claimlib.Effect(lo=1.017, unit="%+")
+    assert claimlib.verdict_of(t, claimlib.Ours(1.015, "-", holds=False)) == "differs"     # up to, but rarely
+    assert claimlib.verdict_of(claimlib.Share(lo=0.9), claimlib.Ours(0.89, "-", holds=True)) == "direction only"
+    assert claimlib.verdict_of(t, None) == "not run" and claimlib.verdict_of(None, claimlib.Ours(1, "-")) == "not run"
 
 
 # --- the live simulator on the paper's own cells (§4.3: I = O = B = 1024 and I = 1) ---------------------
@@ -144,7 +145,7 @@ def test_small_input_eviction_free_ttft_is_as_much_worse_as_the_paper_says():
     # §4.3: TTFT "up to 1800x" worse for eviction-free vLLM, reached at I = 1 (±25 % of the effect)
     w = Workload.from_spec("fixed:I=1,O=1024,B=1024")
     base, ef = simulate(w, "vllm", PAPER).metrics, simulate(w, "vllm-ef", PAPER).metrics
-    assert findings.Effect(lo=1800).contains(ef["ttft_mean_s"] / base["ttft_mean_s"])
+    assert claimlib.Effect(lo=1800).contains(ef["ttft_mean_s"] / base["ttft_mean_s"])
 
 
 def test_sarathi_nohy_is_the_slow_one_at_large_input():
