@@ -55,7 +55,7 @@ def main() -> None:
             r = prefill_times(model, length, chunk)
             n = -(-length // chunk)
             print(f"{name:<26}{length:>7}{f'{n}x{chunk}':>10}{r['one_shot_s']:>12.4f}{r['chunked_s']:>11.4f}"
-                  f"{r['one_shot_s'] / r['chunked_s']:>12.3f}{r['one_shot_attn_s'] / r['chunked_attn_s']:>18.3f}")
+                  f"{r['one_shot_s'] / r['chunked_s']:>12.4f}{r['one_shot_attn_s'] / r['chunked_attn_s']:>18.4f}")
 
 
 if __name__ == "__main__":
