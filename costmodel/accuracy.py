@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .fitting import OperatorData, fit_operators, operator_data, request_parts
-from .linear import LinearCoefficients, LinearCostModel
+from .fitting import ATTENTION_FORMS, OperatorData, attention_work, fit_operators, operator_data, request_parts
+from .linear import LinearCoefficients, LinearCostModel, prefill_attention_work
 from .roofline import RooflineCostModel, roofline_terms
 from .specs import ModelSpec, get_gpu_spec, get_model_spec
 
@@ -74,6 +74,9 @@ class HeldOut:
         meas = np.r_[self.arrays("decode_attention")[0], self.arrays("prefill_attention")[0]]
         pred = np.r_[self.arrays("decode_attention")[1], self.arrays("prefill_attention")[1]]
         out["attention"] = error_stats(pred, meas)
+        meas = np.r_[meas, self.arrays("non_attention")[0]]
+        pred = np.r_[pred, self.arrays("non_attention")[1]]
+        out["all_operators"] = error_stats(pred, meas)
         return out
 
 
@@ -119,9 +122,23 @@ def attention_groups(data: OperatorData, split: str) -> dict[str, tuple[str, np.
     return out
 
 
+def _batch_prediction(model: LinearCostModel, attention_form: str, tokens: np.ndarray, kv: np.ndarray,
+                      is_decode: np.ndarray) -> float:
+    """``model.batch_time``, with prefill attention priced by ``attention_form``'s W (its coefficients were
+    fitted to that form; the model itself prices the causal W)."""
+    t = model.batch_time(tokens, kv, is_decode)
+    if attention_form != "causal" and not is_decode.all():
+        c, m = tokens[~is_decode], kv[~is_decode]
+        extra = attention_work(attention_form, c, m) - prefill_attention_work(c, m)
+        t += model.coefficients.prefill_attn_s * float(extra.sum())
+    return t
+
+
 def cross_validate(data: OperatorData, fit: Callable[[OperatorData], LinearCoefficients], k: int = 5,
-                   seed: int = 0, split: str = "clump", batches_per_kind: int = 200) -> HeldOut:
-    """Pooled out-of-fold predictions of ``fit`` (see the module docstring)."""
+                   seed: int = 0, split: str = "clump", batches_per_kind: int = 200,
+                   attention_form: str = "causal") -> HeldOut:
+    """Pooled out-of-fold predictions of ``fit`` (see the module docstring); ``fit`` fits prefill attention
+    to ``attention_form``'s W (fitting.ATTENTION_FORMS), which prices the held-out prefills and batches."""
     if k < 2:
         raise ValueError(f"k must be >= 2, got {k!r}")
     groups = attention_groups(data, split)
@@ -141,25 +158,30 @@ def cross_validate(data: OperatorData, fit: Callable[[OperatorData], LinearCoeff
         held.add("decode_attention", test.decode_s, coefficients.decode_s(test.decode_batch * (test.decode_kv + 1.0))
                  + decode_request_s * test.decode_batch)
         c = test.prefill_chunk.astype(np.float64)
-        held.add("prefill_attention", test.prefill_s, coefficients.prefill_s(c * (test.prefill_kv + c), c))
+        held.add("prefill_attention", test.prefill_s,
+                 coefficients.prefill_s(attention_work(attention_form, c, test.prefill_kv), c))
         for tokens, kv, is_decode, measured in compose_batches(test, rng, batches_per_kind):
-            held.add("batch", np.array([measured]), np.array([model.batch_time(tokens, kv, is_decode)]))
+            predicted = _batch_prediction(model, attention_form, tokens, kv, is_decode)
+            held.add("batch", np.array([measured]), np.array([predicted]))
     return held
 
 
 def roofline_check(data: OperatorData, coefficients: LinearCoefficients, roofline: RooflineCostModel,
-                   seed: int = 0) -> dict[str, Any]:
-    """Fitted / roofline at every profiled operator point and at composed batches (ratio >= 1 is sound)."""
+                   seed: int = 0, attention_form: str = "causal") -> dict[str, Any]:
+    """Fitted / roofline at every profiled operator point and at composed batches (ratio >= 1 is sound);
+    ``coefficients`` price prefill attention by ``attention_form``'s W."""
     t = roofline.terms
     c = data.prefill_chunk.astype(np.float64)
     K = data.decode_batch * (data.decode_kv + 1.0)
+    pairs = prefill_attention_work(c, data.prefill_kv)
     ratios = [coefficients.nonattention_s(data.nonattn_tokens) / t.nonattention_s(data.nonattn_tokens),
               coefficients.decode_s(K) / t.decode_s(K),
-              coefficients.prefill_s(c * (data.prefill_kv + c), c) / t.prefill_s(c * (2 * data.prefill_kv + c),
-                                                                                  data.prefill_kv + c)]
+              coefficients.prefill_s(attention_work(attention_form, c, data.prefill_kv), c)
+              / t.prefill_s(pairs, data.prefill_kv + c)]
     model = LinearCostModel(coefficients)
     batches = compose_batches(data, np.random.default_rng(seed), per_kind=500)
-    ratios.append(np.array([model.batch_time(*b[:3]) / roofline.batch_time(*b[:3]) for b in batches]))
+    ratios.append(np.array([_batch_prediction(model, attention_form, *b[:3]) / roofline.batch_time(*b[:3])
+                            for b in batches]))
     allr = np.concatenate(ratios)
     return {"points": int(allr.size), "violations": int(np.sum(allr < 1.0)), "min_ratio": float(allr.min())}
 
@@ -181,20 +203,26 @@ def _infer(profile: str, model: "str | ModelSpec | None", gpu: str | None) -> tu
 
 def accuracy_report(profile: str, model: "str | ModelSpec | None" = None, gpu: str | None = None, tp: int = 1,
                     k: int = 5, seed: int = 0, split: str = "clump", num_lines: int = 2, extended: bool = False,
-                    batches_per_kind: int = 200, stat: str = "median", request_term: bool | None = None
-                    ) -> tuple[dict[str, Any], HeldOut]:
+                    batches_per_kind: int = 200, stat: str = "median", request_term: bool | None = None,
+                    attention_form: str = "causal", compare_forms: bool = False) -> tuple[dict[str, Any], HeldOut]:
     """Fit a profile with held-out evaluation; returns (report dict, pooled held-out points).
 
     ``request_term``: fit ``request_s`` (default: when the profile has an LM head); see fitting.py.
+    ``attention_form``: the prefill-attention work fitted ("causal", the linear model's W, or the
+    pre-causal "square" c(m + c), whose coefficients the linear model does not price; see
+    fitting.ATTENTION_FORMS). ``compare_forms``: also cross-validate every form under the same protocol;
+    the report's ``attention_forms`` holds each one's held-out errors.
     """
     spec, gpu = _infer(profile, model, gpu)
     data = operator_data(profile, spec, tp, require_attention=False, stat=stat)
     roofline = roofline_terms(spec, gpu, tp) if gpu else None
 
-    def fit(d: OperatorData) -> LinearCoefficients:
-        return fit_operators(d, roofline, num_lines=num_lines, extended=extended, request_term=request_term)
+    def fitter(form: str) -> Callable[[OperatorData], LinearCoefficients]:
+        return lambda d: fit_operators(d, roofline, num_lines=num_lines, extended=extended,
+                                       request_term=request_term, attention_form=form)
 
-    held = cross_validate(data, fit, k, seed, split, batches_per_kind)
+    fit = fitter(attention_form)
+    held = cross_validate(data, fit, k, seed, split, batches_per_kind, attention_form)
     final = fit(data)
     groups = {"non_attention": f"{np.unique(data.nonattn_group).size} token counts"}
     groups.update({phase: f"{np.unique(labels).size} {kind}s"
@@ -202,12 +230,19 @@ def accuracy_report(profile: str, model: "str | ModelSpec | None" = None, gpu: s
     report: dict[str, Any] = {
         "profile": str(profile), "model": spec.name, "gpu": gpu, "tp": tp,
         "protocol": {"folds": k, "split": split, "seed": seed, "num_lines": num_lines, "extended": extended,
-                     "request_term": request_term, "stat": stat, "groups": groups},
+                     "request_term": request_term, "stat": stat, "groups": groups, "attention_form": attention_form},
         **held.stats(),
         "coefficients": final.to_dict(),
     }
+    if compare_forms:
+        keys = ("prefill_attention", "attention", "all_operators", "batch")
+        report["attention_forms"] = {}
+        for form in ATTENTION_FORMS:
+            stats = (held if form == attention_form else
+                     cross_validate(data, fitter(form), k, seed, split, batches_per_kind, form)).stats()
+            report["attention_forms"][form] = {key: stats[key] for key in keys}
     if gpu:
-        report["roofline"] = roofline_check(data, final, RooflineCostModel(spec, gpu, tp), seed)
+        report["roofline"] = roofline_check(data, final, RooflineCostModel(spec, gpu, tp), seed, attention_form)
     return report, held
 
 

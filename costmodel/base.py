@@ -27,7 +27,9 @@ class CostModel(ABC):
 
         tokens: int64[n], c_i >= 1; kv_before: int64[n], m_i >= 0;
         is_decode: bool[n]. KV read by request i is m_i + c_i; prefill-attention
-        work of request i grows with c_i * (m_i + c_i).
+        work of request i grows with its causal (query, key) pairs
+        c_i * m_i + c_i * (c_i + 1) / 2, which add up to L(L + 1)/2 over any
+        chunking of an L-token prompt.
         """
 
     def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:

@@ -163,11 +163,21 @@ def _report_text(r: dict[str, Any]) -> str:
              f"held-out: {p['folds']}-fold CV over groups ({'; '.join(f'{k}: {v}' for k, v in p['groups'].items())}),"
              f" seed {p['seed']}, {p['num_lines']} non-attention lines{', extended features' if p['extended'] else ''}"
              f"{', no request term' if p['request_term'] is False else ''}"
-             f"{', request term' if p['request_term'] else ''}",
+             f"{', request term' if p['request_term'] else ''}"
+             f"{', prefill attention fitted to the square W = c(m+c)' if p.get('attention_form') == 'square' else ''}",
              f"{'operator':<20}{'n':>6}  {'median APE':>10}  {'p90 APE':>8}"]
-    for key in ("non_attention", "attention", "decode_attention", "prefill_attention", "batch"):
+    for key in ("non_attention", "attention", "decode_attention", "prefill_attention", "all_operators", "batch"):
         st = r[key]
         lines.append(f"{key:<20}{st['n']:>6}  {_fmt(st['median_ape']):>10}  {_fmt(st['p90_ape']):>8}")
+    if "attention_forms" in r:
+        lines.append("prefill-attention work W per chunk: causal c*m + c(c+1)/2 vs square c(m+c) "
+                     "(held-out median / p90 APE)")
+        keys = ("prefill_attention", "attention", "all_operators", "batch")
+        lines.append(f"{'W':<10}" + "".join(f"{key:>20}" for key in keys))
+        for form, stats in r["attention_forms"].items():
+            lines.append(f"{form:<10}" + "".join(
+                f"{_fmt(stats[key]['median_ape']).strip() + ' / ' + _fmt(stats[key]['p90_ape']).strip():>20}"
+                for key in keys))
     if "roofline" in r:
         rf = r["roofline"]
         lines.append(f"roofline: {rf['violations']} of {rf['points']} profiled points predicted faster than the "
@@ -180,7 +190,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .accuracy import accuracy_report, plot_accuracy
     report, held = accuracy_report(_profile_arg(args.profile), model=args.model, gpu=args.gpu, tp=args.tp, k=args.folds,
                                    seed=args.seed, split=args.split, num_lines=args.lines, extended=args.extended,
-                                   stat=args.stat, request_term=args.request_term)
+                                   stat=args.stat, request_term=args.request_term,
+                                   attention_form=args.attention_form, compare_forms=args.compare_attention_forms)
     if args.plot:
         report["plot"] = str(plot_accuracy(held, args.plot, title=f"{args.profile} (held-out)"))
     text = _report_text(report) + (f"\nplot: {report['plot']}" if args.plot else "")
@@ -254,6 +265,11 @@ def _add_costmodel(subparsers: Any) -> None:
     r.add_argument("--split", default="clump", choices=("clump", "config"), help="attention groups held out together")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--plot", help="write predicted vs measured to this image file")
+    r.add_argument("--attention-form", default="causal", choices=("causal", "square"),
+                   help="prefill-attention work to fit: causal c*m + c(c+1)/2 (the model's W, default) or the "
+                        "pre-causal square c(m+c), for comparison")
+    r.add_argument("--compare-attention-forms", action="store_true",
+                   help="also cross-validate both forms of W and print their held-out errors side by side")
     r.set_defaults(func=_cmd_report)
     ls = sub.add_parser("list", help="registered cost models, packaged profiles, GPU and model specs")
     ls.add_argument("--json", action="store_true")

@@ -5,8 +5,10 @@ Three regressions, each on whole-model seconds (per-layer times x layers):
 - non-attention vs N tokens: a max of ``num_lines`` lines (convex piecewise
   linear; weight-read floor, then FLOP-bound slope);
 - decode attention vs K = Σ(m + c) = batch · (kv + 1): bias + slope · K;
-- prefill attention vs W = c · (m + c): bias + slope · W (+ slope · c with
-  ``extended=True``);
+- prefill attention vs the causal work W = c·m + c(c + 1)/2 (the (query, key)
+  pairs FlashAttention computes; ``attention_form="square"`` fits the
+  pre-causal W = c·(m + c) instead, for comparison only): bias + slope · W
+  (+ slope · c with ``extended=True``);
 - when the profile has an ``lm_head`` column (CPU profiler): LM head + sampling
   vs R logits rows: bias + slope · R; the bias, paid once per forward, joins
   the non-attention data before its lines are fitted, and decode attention
@@ -31,13 +33,25 @@ from pathlib import Path
 
 import numpy as np
 
-from .linear import LinearCoefficients
+from .linear import LinearCoefficients, prefill_attention_work
 from .profiles import MissingProfileError, load_attention_profile, load_mlp_profile
 from .roofline import RooflineTerms
 from .specs import ModelSpec, get_model_spec
 
 log = logging.getLogger(__name__)
 SOFT_L1_SCALE = 0.05   # relative residual beyond which the loss turns linear
+#: prefill-attention work of a chunk of c tokens after m cached, per form: "causal" is the linear model's
+#: W (c·m + c(c+1)/2); "square" is the pre-causal c·(m + c), kept to compare fits (its slope is not a
+#: LinearCoefficients.prefill_attn_s)
+ATTENTION_FORMS = {"causal": prefill_attention_work,
+                   "square": lambda c, m: np.asarray(c, np.float64) * (np.asarray(m, np.float64) + c)}
+
+
+def attention_work(form: str, chunk: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """Prefill-attention work per row under ``form`` ("causal" or "square", see ATTENTION_FORMS)."""
+    if form not in ATTENTION_FORMS:
+        raise ValueError(f"attention_form must be one of {', '.join(ATTENTION_FORMS)}, got {form!r}")
+    return ATTENTION_FORMS[form](np.asarray(chunk, dtype=np.float64), kv)
 
 
 def relative_lsq(X: np.ndarray, y: np.ndarray, lower: np.ndarray | float = 0.0) -> np.ndarray:
@@ -134,10 +148,10 @@ def fit_decode_per_request(batch: np.ndarray, kv: np.ndarray, time_s: np.ndarray
 
 
 def fit_prefill(chunk: np.ndarray, kv: np.ndarray, time_s: np.ndarray, min_attn_slope: float = 0.0,
-                extended: bool = False) -> tuple[float, float, float]:
-    """Prefill attention: t = bias + slope · c(m + c) [+ token_slope · c]."""
+                extended: bool = False, attention_form: str = "causal") -> tuple[float, float, float]:
+    """Prefill attention: t = bias + slope · W [+ token_slope · c], W of ``attention_form``."""
     c = np.asarray(chunk, dtype=np.float64)
-    work = c * (kv + c)
+    work = attention_work(attention_form, c, kv)
     X = np.c_[np.ones_like(c), work, c] if extended else np.c_[np.ones_like(c), work]
     p = relative_lsq(X, time_s, lower=[0.0, min_attn_slope, 0.0][: X.shape[1]])
     return float(p[0]), float(p[1]), float(p[2]) if extended else 0.0
@@ -222,8 +236,11 @@ def fit_lm_head(rows: np.ndarray, time_s: np.ndarray, per_request: bool = True) 
 
 def fit_operators(data: OperatorData, roofline: RooflineTerms | None = None, num_lines: int = 2,
                   extended: bool = False, attention_roofline: RooflineTerms | None = None,
-                  request_term: bool | None = None) -> LinearCoefficients:
+                  request_term: bool | None = None, attention_form: str = "causal") -> LinearCoefficients:
     """Fit all operators; with ``roofline``, slopes are bounded below by it.
+
+    ``attention_form="square"`` fits prefill attention to the pre-causal W = c(m + c), for comparison:
+    the result's ``prefill_attn_s`` then prices that W, not the linear model's (see ATTENTION_FORMS).
 
     ``attention_roofline`` (default: ``roofline``) bounds the attention slopes
     when the attention data come from another GPU or model than the rest.
@@ -232,10 +249,11 @@ def fit_operators(data: OperatorData, roofline: RooflineTerms | None = None, num
     per-request slope (t = bias + slope · K + per_request · batch); False: no
     request term, the LM head is one constant per forward in the lines' biases.
     """
+    attention_work(attention_form, np.zeros(0), np.zeros(0))      # a bad form is refused even without rows
     att = attention_roofline or roofline
     na_min = roofline.nonattn_lines[-1][1] if roofline else 0.0
     dec_min = max(att.decode_flops_s, att.decode_bytes_s) if att else 0.0
-    pf_min = 2 * att.prefill_flops_s if att else 0.0     # c(2m+c) <= 2 c(m+c)
+    pf_min = att.prefill_flops_s if att else 0.0     # per causal pair; c(m + c) >= pairs, so it bounds both forms
     per_request = bool(data.head_s.size) if request_term is None else request_term
     head_bias = head_s = 0.0
     if data.head_s.size:
@@ -249,7 +267,8 @@ def fit_operators(data: OperatorData, roofline: RooflineTerms | None = None, num
     elif data.decode_s.size:
         d_bias, d_kv = fit_decode(data.decode_batch, data.decode_kv, data.decode_s, dec_min)
     if data.prefill_s.size:
-        p_bias, p_attn, p_tok = fit_prefill(data.prefill_chunk, data.prefill_kv, data.prefill_s, pf_min, extended)
+        p_bias, p_attn, p_tok = fit_prefill(data.prefill_chunk, data.prefill_kv, data.prefill_s, pf_min, extended,
+                                            attention_form)
     return LinearCoefficients(nonattn_lines=lines, decode_bias_s=d_bias, decode_kv_s=d_kv,
                               prefill_bias_s=p_bias, prefill_attn_s=p_attn, prefill_token_s=p_tok,
                               request_s=head_s + d_req)

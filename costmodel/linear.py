@@ -1,7 +1,7 @@
 """The per-operator linear batch-time model (infermax.txt §3.2), in seconds.
 
 For a batch of R requests with N = Σc tokens, decode KV read K = Σ_decode (m + c)
-and prefill attention work W = Σ_prefill c·(m + c):
+and causal prefill attention work W = Σ_prefill (c·m + c(c + 1)/2):
 
     t = max_k (a_k + b_k · N)                         non-attention  (nonattn_lines = ((a_k, b_k), ...))
       + request_s · R                                 per request (its logits row, its query row)
@@ -10,7 +10,14 @@ and prefill attention work W = Σ_prefill c·(m + c):
                                       + prefill_token_s · Σ_prefill c) prefill attention
 
 ``[any decode]`` is 1 when the batch holds a decode-phase request (a per-batch
-indicator bias). The non-attention term is convex piecewise-linear in N (a max
+indicator bias). W counts the (query, key) pairs causal attention computes: a
+chunk of c new tokens after m cached ones attends each query to the m cached
+keys and to the new keys up to itself, c·m + c(c + 1)/2 = c·(2m + c + 1)/2
+(:func:`prefill_attention_work`). Over any chunking of a prompt of L tokens the
+pairs add up to L(L + 1)/2, so a one-shot prefill never costs more attention
+than the same prompt in chunks (chunks pay their per-batch biases on top), as
+on a GPU, where FlashAttention skips the masked half and chunks re-read the
+cached KV. The non-attention term is convex piecewise-linear in N (a max
 of a few lines: small batches are bound by reading the weights, large ones by
 FLOPs), which an LP/MILP encodes exactly with one epigraph variable t_na ≥
 a_k + b_k·N per line. ``prefill_token_s`` is an optional extra feature (a
@@ -43,15 +50,28 @@ from .jsonfile import load_json
 
 FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K) + "
            "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P) + request_s*R; N = sum c, "
-           "K = sum_decode (m+c), W = sum_prefill c*(m+c), P = sum_prefill c, R = number of requests in the batch; "
-           "(a_k, b_k) = nonattn_lines; seconds")
+           "K = sum_decode (m+c), W = sum_prefill c*m + c*(c+1)/2 (causal), P = sum_prefill c, "
+           "R = number of requests in the batch; (a_k, b_k) = nonattn_lines; seconds")
+#: the formula of cost files written before W became causal (their prefill_attn_s prices c*(m+c))
+SQUARE_W_FORMULA_PART = "W = sum_prefill c*(m+c)"
+
+
+def prefill_attention_work(tokens: "np.ndarray | float", kv_before: "np.ndarray | float") -> np.ndarray:
+    """Causal (query, key) pairs of prefill chunks: c·m + c(c + 1)/2 per chunk of c tokens after m cached.
+
+    Elementwise over aligned arrays (floats; exact for counts below 2**53). Summed over any chunking of
+    a prompt of L tokens it is L(L + 1)/2.
+    """
+    c = np.asarray(tokens, dtype=np.float64)
+    return c * (2.0 * np.asarray(kv_before, dtype=np.float64) + c + 1.0) * 0.5
+
 
 # A100-80G + Llama-2-7B, TP 1, fitted from the packaged Vidur profile (see catalog.py);
 # tests/costmodel check these equal data/fitted/a100_llama2-7b.json and a fresh re-fit.
 _DEFAULT = dict(
-    nonattn_lines=((0.008159133968781977, 4.506600153022149e-05), (0.0015818111518710325, 6.454654104745018e-05)),
-    decode_bias_s=0.0008306901466106489, decode_kv_s=2.825203028659978e-07,
-    prefill_bias_s=0.001000615091784099, prefill_attn_s=5.291276846699803e-09, prefill_token_s=0.0,
+    nonattn_lines=((0.00815913397054937, 4.5066001464618484e-05), (0.0015818111517996265, 6.45465410475073e-05)),
+    decode_bias_s=0.0008306901462512684, decode_kv_s=2.825203028720072e-07,
+    prefill_bias_s=0.0007798290974683059, prefill_attn_s=7.120044787862065e-09, prefill_token_s=0.0,
 )
 
 
@@ -148,7 +168,8 @@ class LinearCoefficients:
         return self.decode_bias_s + self.decode_kv_s * np.asarray(kv_read, dtype=np.float64)
 
     def prefill_s(self, work: np.ndarray | float, prefill_tokens: np.ndarray | float = 0.0) -> np.ndarray:
-        """Prefill attention of a batch (> 0 prefill requests) with Σc(m+c) = ``work``."""
+        """Prefill attention of a batch (> 0 prefill requests) with causal work W = ``work``
+        (:func:`prefill_attention_work` summed over its prefill chunks)."""
         return (self.prefill_bias_s + self.prefill_attn_s * np.asarray(work, dtype=np.float64)
                 + self.prefill_token_s * np.asarray(prefill_tokens, dtype=np.float64))
 
@@ -180,7 +201,7 @@ class LinearCostModel(CostModel):
         if num_decode < tokens.size:
             pf = ~is_decode
             c = tokens[pf]
-            t += p_bias + p_attn * float(np.dot(c, kv[pf]))
+            t += p_bias + p_attn * (0.5 * float(np.dot(c, 2 * kv_before[pf] + c + 1)))
             if p_tok:
                 t += p_tok * float(c.sum())
         return float(t)
@@ -229,9 +250,13 @@ class LinearCostModel(CostModel):
             raise ValueError(f"cost model JSON kind must be 'linear', got {data.get('kind')!r}")
         if "coefficients" not in data:
             raise ValueError("cost model JSON has no coefficients (an object of the linear model's coefficients)")
-        for key in ("name", "description"):
+        for key in ("name", "description", "formula"):
             if key in data and not isinstance(data[key], str):
                 raise ValueError(f"cost model JSON {key} must be a string, got {data[key]!r}")
+        if SQUARE_W_FORMULA_PART in data.get("formula", ""):
+            raise ValueError("cost model JSON formula prices prefill attention as W = sum c*(m+c) (written before "
+                             "W became causal, c*m + c*(c+1)/2); its prefill_attn_s means something else now: "
+                             "refit it (infermax costmodel fit)")
         k = LinearCoefficients.from_dict(data["coefficients"])
         zero = k.zero_time_batch()
         if zero is not None:

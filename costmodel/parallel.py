@@ -182,7 +182,8 @@ class ParallelCostModel(LinearCostModel):
             pf = ~is_decode
             c, kv = tokens[pf], kv_before[pf] + tokens[pf]
             k = self.coefficients
-            attention = k.prefill_attn_s * float(np.dot(c, kv)) + k.prefill_token_s * float(c.sum())
+            work = 0.5 * float(np.dot(c, 2 * kv_before[pf] + c + 1))       # causal pairs, as in LinearCostModel
+            attention = k.prefill_attn_s * work + k.prefill_token_s * float(c.sum())
             t += max(0.0, self.ring_rotation_s(float(kv.sum())) - attention)
         return t
 

@@ -12,8 +12,9 @@ b bytes per value:
         bytes; an elementwise op costs only its bytes. Plus the embedding lookup.
         (The LM head and sampling are excluded, as in Vidur's profiles.)
     decode attention:  FLOPs 4·h_q·h_d·L·Σ(m+c), bytes = KV bytes per token · Σ(m+c)
-    prefill attention: FLOPs 2·h_q·h_d·L·Σ c·(2m + c) (causal; medha Eq. 1 at m = 0),
-                       bytes = KV bytes per token · Σ(m + c)
+    prefill attention: FLOPs 4·h_q·h_d·L·W with W = Σ c·m + c(c + 1)/2 the causal
+                       (query, key) pairs (QKᵀ and PV, 2 FLOPs per multiply-add;
+                       medha Eq. 1 at m = 0), bytes = KV bytes per token · Σ(m + c)
 
 Decode and prefill attention are separate kernels: each is one max(·) over its
 whole batch. Since every term is a lower bound on the work, the roofline is a
@@ -101,7 +102,7 @@ class RooflineTerms:
     nonattn_lines: tuple[tuple[float, float], ...]
     decode_flops_s: float      # per KV token read, compute bound
     decode_bytes_s: float      # per KV token read, bandwidth bound
-    prefill_flops_s: float     # per unit of c·(2m + c)
+    prefill_flops_s: float     # per causal (query, key) pair: per unit of c·m + c(c + 1)/2
     prefill_bytes_s: float     # per token of m + c
 
     def nonattention_s(self, num_tokens: np.ndarray | float) -> np.ndarray:
@@ -124,7 +125,7 @@ def roofline_terms(model: "str | ModelSpec", gpu: "str | GpuSpec", tp: int = 1) 
         nonattn_lines=_segment_lines(nonattention_ops(m, tp), g.peak_flops, g.hbm_bandwidth),
         decode_flops_s=4 * heads_q * m.head_dim * m.num_layers / g.peak_flops,
         decode_bytes_s=kv_bytes / g.hbm_bandwidth,
-        prefill_flops_s=2 * heads_q * m.head_dim * m.num_layers / g.peak_flops,
+        prefill_flops_s=4 * heads_q * m.head_dim * m.num_layers / g.peak_flops,
         prefill_bytes_s=kv_bytes / g.hbm_bandwidth,
     )
 
@@ -149,13 +150,14 @@ class RooflineCostModel(CostModel):
         if not is_decode.all():
             pf = ~is_decode
             c = tokens[pf]
-            t += max(pf_flops_s * float(np.dot(c, 2 * kv_before[pf] + c)), pf_bytes_s * float(kv[pf].sum()))
+            pairs = 0.5 * float(np.dot(c, 2 * kv_before[pf] + c + 1))
+            t += max(pf_flops_s * pairs, pf_bytes_s * float(kv[pf].sum()))
         return float(t)
 
     def to_linear(self) -> LinearCostModel:
         """The roofline in the linear model's form, for the MILP: exact for non-attention and
-        decode; prefill keeps only its compute bound, relaxed from c(2m+c) to c(m+c), so the
-        result is still a lower bound (≤ this roofline)."""
+        decode; prefill keeps only its compute bound (the same causal pairs W as the linear
+        model, so exact there), so the result is still a lower bound (≤ this roofline)."""
         t = self.terms
         coefficients = LinearCoefficients(
             nonattn_lines=t.nonattn_lines, decode_bias_s=0.0, decode_kv_s=max(t.decode_flops_s, t.decode_bytes_s),

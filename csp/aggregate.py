@@ -5,18 +5,17 @@ For the latency objective of an offline workload, requests with the same
 described by the class flows of :mod:`.flows`: counts of requests decoding,
 idling, being evicted or (re)filling whole at each token level in each batch.
 Every quantity of the cost model is then linear in the counts — tokens,
-decode KV read Σ(I+t), prefill work (I+t)² per whole (re)fill — so the model
-has no big-M, no product and no symmetry, and any integer solution decomposes
-into per-request paths (:func:`to_schedule`).
+decode KV read Σ(I+t), causal prefill work L(L+1)/2 per whole (re)fill of
+L = I+t — so the model has no big-M, no product and no symmetry, and any
+integer solution decomposes into per-request paths (:func:`to_schedule`).
 
-It is exact for the no-chunked-prefill class. For the unconstrained problem it
-gives both sides of the gap when chunking can only save prefill-attention work
-— when M <= C, M <= P and the non-attention time is linear up to M tokens:
-then moving a partial chunk into the batch that completes its (re)fill keeps
-every limit (a batch never processes more tokens than it holds KV, N <= M) and
-changes the cost only through W, which for a fill of L tokens is at least
-(L² + L)/2 whatever the chunks. Pricing each fill at that minimum gives a valid
-lower bound; the solution priced exactly (replayed) is the upper bound.
+It is exact for the no-chunked-prefill class, and for the unconstrained
+problem too when M <= C, M <= P and the non-attention time is linear up to M
+tokens: then moving a partial chunk into the batch that completes its
+(re)fill keeps every limit (a batch never processes more tokens than it holds
+KV, N <= M), leaves the non-attention time and the causal prefill work (L(L+1)/2
+for a fill of L, whatever the chunks) unchanged, and can only drop a batch, a
+prefill bias or a request slot — so some optimal schedule fills whole.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ from .trajectory import trajectory
 
 
 def chunking_bound_holds(limits: Limits, cost: CostModel) -> bool:
-    """Whether pricing fills at (L² + L)/2 bounds every chunked schedule from below (see module doc)."""
+    """Whether some optimal schedule fills whole, so whole fills bound every chunked schedule (module doc)."""
     k = linear_coefficients(cost)
     _, segs = nonattention_segments(k.nonattn_lines, limits.C)
     return limits.M <= limits.C and limits.M <= limits.P and segs[0][0] >= limits.M
@@ -49,9 +48,9 @@ def is_applicable(workload: Workload, objective: str) -> bool:
 
 
 def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, horizon: int,
-                    relax_chunking: bool, min_batches: int = 0, exact_batches: bool = False,
+                    min_batches: int = 0, exact_batches: bool = False,
                     deadline: float = math.inf) -> Formulation:
-    """The class-flow model; ``relax_chunking`` prices each fill at its least possible prefill work.
+    """The class-flow model (whole fills; see the module docstring for when that bounds chunked schedules).
 
     min_batches: a known lower bound on the number of batches (e.g. from :func:`probe_batch_count`);
     exact_batches: every batch of the horizon is non-empty. Building stops with
@@ -93,7 +92,7 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
                 b["dec"] = b["dec"] + F.XD[t][j]
                 b["pre"] = b["pre"] + fill
                 b["items"] += [(L, F.XD[t][j] + fill)] + ([(L - 1, 1.0 * F.H[t][j])] if t else [])
-                work = (L * L + L) / 2 if relax_chunking else L * L
+                work = (L * L + L) / 2                        # causal pairs of a whole fill of L
                 objective = objective + k.decode_kv_s * L * F.XD[t][j] + k.prefill_attn_s * work * fill
                 objective = objective + getattr(k, "prefill_token_s", 0.0) * L * fill
     num_dec = max(1, lim.M // (I_min + 1))
@@ -144,7 +143,7 @@ def probe_batch_count(workload: Workload, limits: Limits, cost: CostModel, polic
     chunks never adds a batch), so the answer is a valid lower bound on the batch count.
     """
     for Y in range(start, stop + 1):
-        fm = build_aggregate(workload, limits, cost, policy, Y, relax_chunking=True, exact_batches=True)
+        fm = build_aggregate(workload, limits, cost, policy, Y, exact_batches=True)
         fm.model.minimize(LinExpr())
         if solve(fm.model, time_limit_s).status != "infeasible":
             return Y

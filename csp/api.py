@@ -384,7 +384,6 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
                      solver_params, strengthening, ws, budget: Budget, least_batches=None) -> OptimalResult:
     """least_batches: the packing relaxation's exact least batch count if already known (the search's table)."""
     eff = policy.effective_limits(limits)
-    relax = policy.chunked_prefill
     # probe the batch count first: exactly-Y schedules with small Y are often refuted in a fraction of a second
     lb_y = batch_count_lower_bound(workload, eff)
     packing = None
@@ -401,7 +400,7 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
             lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap), probe_s)
     if lb_probe > J:
         return no_schedule(objective, be.NAME, J, budget.start, ws, f"no schedule has <= {J} batches")
-    fm = aggregate.build_aggregate(workload, limits, cost, policy, J, relax_chunking=relax, min_batches=lb_probe,
+    fm = aggregate.build_aggregate(workload, limits, cost, policy, J, min_batches=lb_probe,
                                    deadline=budget.deadline)
     fm.info["batch_count_probed"] = lb_probe
     if packing is not None:
@@ -420,14 +419,11 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
                 hinted = True
     budget.check("building the aggregate model")
     res = be.solve(fm.model, max(MIN_STAGE_S, budget.left()), threads=threads,
-                   rel_gap=rel_gap / 10 if relax else rel_gap, log=log_solver,
+                   rel_gap=rel_gap, log=log_solver,
                    **_backend_kwargs(be, strengthening, solver_params))
     r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, budget.start, None,
                     lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
                     lambda sch: aggregate.assign_aggregate(fm, sch))
-    if relax:
-        r.info["relaxation"] = "each (re)fill priced at its least prefill work (L^2+L)/2: bound valid, " \
-                               "objective replayed"
     return r
 
 

@@ -31,11 +31,10 @@ argues). The batches generated from a state are cut exactly:
   some never pays when a refill costs at least a decode (checked by
   :func:`.search.is_applicable`).
 
-Chunked prefill: when the policy allows it, a (re)fill of L tokens is priced
-at its least possible prefill work (L² + L)/2 (the argument of
-:mod:`.aggregate`), so a path's value is a lower bound; the schedule does whole
-fills and is priced exactly by replay. Without chunked prefill every fill is
-priced L² and a path's value is exact.
+A (re)fill of L tokens is priced at its causal prefill work (L² + L)/2, the
+same however it is chunked; when the policy allows chunked prefill the search
+still fills whole, which loses nothing where :func:`.aggregate.chunking_bound_holds`
+(checked by :func:`.search.is_applicable`). A path's value is exact.
 """
 from __future__ import annotations
 
@@ -73,7 +72,6 @@ class ClassStateSpace:
         self.M, self.C, self.P = limits.M, limits.C, limits.P
         self.R_max = limits.R_max if limits.R_max is not None else len(workload)
         self.evict, self.hybrid = policy.allow_eviction, policy.hybrid
-        self.relax = policy.chunked_prefill
         self.min_batches = min_batches
         self.rest = rest
         self.classes = classes_of(workload)
@@ -117,8 +115,10 @@ class ClassStateSpace:
                     ns[next_slot[q]] += d
         return ns
 
-    def fill_work(self, L: int) -> float:
-        return (L * L + L) / 2 if self.relax else float(L * L)
+    @staticmethod
+    def fill_work(L: int) -> float:
+        """Causal prefill work of a whole (re)fill of L tokens: L(L + 1)/2 (query, key) pairs."""
+        return (L * L + L) / 2
 
     def _tail_terms(self, c: int) -> list[tuple]:
         """Per level t: (KV of items t.., tokens of decodes t.., least non-token cost of decodes t..)."""

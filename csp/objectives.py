@@ -5,8 +5,9 @@ The batch time is the simulator's own cost model, read from
 
     t_j = max_k(a_k + b_k·N_j) + [decode](db + dk·K_j) + [prefill](pb + pa·W_j + pt·P_j)
 
-with N_j = Σ_i c_ij, K_j = Σ_decode k_ij, W_j = Σ_prefill c_ij·k_ij and
-P_j = Σ_prefill c_ij. Encoded exactly:
+with N_j = Σ_i c_ij, K_j = Σ_decode k_ij, W_j = Σ_prefill c_ij·(2k_ij - c_ij + 1)/2 (the causal
+pairs c·m + c(c + 1)/2 with m = k - c the KV before the chunk) and P_j = Σ_prefill c_ij. Encoded
+exactly:
 
 - the max of lines is convex in the integer N_j, so N_j = Σ_seg s_jseg with one
   bounded segment per slope of the integer envelope (minimisation fills them in
@@ -15,10 +16,12 @@ P_j = Σ_prefill c_ij. Encoded exactly:
 - [decode]/[prefill] are the batch indicators yd_j >= dp_ij, yp_j >= cz_ij - dp_ij;
 - K_j is linear through kvd_ij = dp_ij·k_ij (exact bool×int);
 - W_j is quadratic. For the total busy time the per-request sum telescopes
-  (Φ = m²/2 potential) to the *convex* form
-  Σ_j W_j = Σ_i [Pk_i²/2 + Σ_j (ev_ij² + c_ij²)/2 - Σ_j kvd_ij],
-  so only squares remain (q >= x², exact at the optimum, no bilinear term).
-  Objectives that need each batch's end time use w_ij = c_ij·k_ij per batch.
+  (Φ = m²/2 potential: c·m + c(c + 1)/2 = ((m + c)² - m²)/2 + c/2) to
+  Σ_j W_j = Σ_i [Pk_i²/2 + Σ_j (ev_ij² + c_ij)/2 - Σ_j kvd_ij]
+  (a decode's pairs m + 1 = k are its kvd, taken out again), so only the
+  evictions' squares remain (qe >= ev², exact at the optimum, no bilinear term).
+  Objectives that need each batch's end time use w_ij = c_ij·h_ij per batch,
+  h_ij = 2k_ij - c_ij + 1, so W_j = Σ_prefill w_ij / 2.
 
 Objectives (all in seconds, minimised): ``latency`` (makespan), ``completion``
 (mean end-to-end time), ``ttft`` (mean time to first token), ``tpot`` (mean time
@@ -128,7 +131,7 @@ def _fixed_terms(fm: Formulation, j: int) -> LinExpr:
 
 
 def busy_time(fm: Formulation) -> LinExpr:
-    """Σ_j t_j, with the prefill work in its telescoped convex form (squares only)."""
+    """Σ_j t_j, with the prefill work in its telescoped form (linear but for the evictions' squares)."""
     m, v, J = fm.model, fm.v, fm.horizon
     k = linear_coefficients(fm.cost)
     B = fm.num_requests
@@ -136,46 +139,48 @@ def busy_time(fm: Formulation) -> LinExpr:
     for j in range(J):
         total = total + _fixed_terms(fm, j)
     pa, dk = k.prefill_attn_s, k.decode_kv_s
-    v.q, v.qe = [], []
+    v.qe = []
     for i in range(B):
         total = total + (dk - pa) * sum((v.kvd[i][j] for j in range(J)), LinExpr())
         if pa:
-            total = total + pa * 0.5 * v.Pk[i] ** 2
-            qi, qei = [], []
+            total = total + pa * 0.5 * v.Pk[i] ** 2 + (pa * 0.5) * sum((v.c[i][j] for j in range(J)), LinExpr())
+            qei = []
             for j in range(J):
-                q = m.int_var(0, v.cmax[i] ** 2, f"q[{i},{j}]")
-                m.add_product(q, v.c[i][j], v.c[i][j], "c^2", sense="ge")
                 qe = m.int_var(0, (v.Pk[i] - 1) ** 2, f"qe[{i},{j}]")
                 m.add_product(qe, v.ev[i][j], v.ev[i][j], "ev^2", sense="ge")
-                total = total + (pa * 0.5) * (q + qe)
-                qi.append(q)
+                total = total + (pa * 0.5) * qe
                 qei.append(qe)
-            v.q.append(qi)
             v.qe.append(qei)
     return total
 
 
 def batch_times(fm: Formulation, exact: bool) -> list[LinExpr]:
-    """t_j for every batch, with per-batch prefill work pw_ij = (1 - dp_ij)·c_ij·k_ij."""
+    """t_j for every batch, with per-batch causal prefill work pw_ij = (1 - dp_ij)·c_ij·h_ij/2, where
+    h_ij = 2k_ij - c_ij + 1 (= 2m + c + 1) and w_ij = c_ij·h_ij is an integer product (exact, or >= for
+    objectives monotone in batch time). A decode row's c·h/2 = k <= Pk is switched off by Pk·dp_ij."""
     m, v, J = fm.model, fm.v, fm.horizon
     k = linear_coefficients(fm.cost)
     B = fm.num_requests
     out = []
+    v.h = [[None] * J for _ in range(B)]
     v.w, v.pw = [[None] * J for _ in range(B)], [[None] * J for _ in range(B)]
     for j in range(J):
         t = _fixed_terms(fm, j)
         for i in range(B):
             t = t + k.decode_kv_s * v.kvd[i][j]
             if k.prefill_attn_s:
-                big = v.cmax[i] * v.Pk[i]
-                w = m.int_var(0, big, f"w[{i},{j}]")
-                m.add_product(w, v.c[i][j], v.k[i][j], "c*k", sense="eq" if exact else "ge")
-                pw = m.int_var(0, big, f"pw[{i},{j}]")
-                m.add(pw >= w - v.Pk[i] * v.dp[i][j], "time")
+                Pk, cmax = v.Pk[i], v.cmax[i]
+                big = cmax * Pk                      # c·m + c(c + 1)/2 <= c·Pk when m + c <= Pk
+                h = m.int_var(1, 2 * Pk + 1, f"h[{i},{j}]")
+                m.add(h == 2 * v.k[i][j] - v.c[i][j] + 1, "time")
+                w = m.int_var(0, 2 * big, f"w[{i},{j}]")
+                m.add_product(w, v.c[i][j], h, "c*h", sense="eq" if exact else "ge")
+                pw = m.int_var(0, big, f"pw[{i},{j}]")       # w = c(2m + c + 1) is even: pw is an integer
+                m.add(2 * pw >= w - 2 * Pk * v.dp[i][j], "time")
                 if exact:
-                    m.add(pw <= w, "time-exact")
+                    m.add(2 * pw <= w, "time-exact")
                     m.add(pw <= big * (1 - v.dp[i][j]), "time-exact")
-                v.w[i][j], v.pw[i][j] = w, pw
+                v.h[i][j], v.w[i][j], v.pw[i][j] = h, w, pw
                 t = t + k.prefill_attn_s * pw
         out.append(t)
     return out

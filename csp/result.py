@@ -3,9 +3,8 @@
 Every schedule in a result has been replayed by ``infermax.replay``; its
 objective is the replayed value. ``solver_objective`` is the model's price of
 the same schedule (its canonical assignment, so no slack of a time-limited
-incumbent is left in it); the two agree to 1e-6 unless the model is a
-relaxation (``info["relaxation"]``), and ``info["replay_rel_diff"]`` records
-by how much they differ.
+incumbent is left in it); the two agree to 1e-6, and ``info["replay_rel_diff"]``
+records by how much they differ.
 """
 from __future__ import annotations
 
@@ -250,9 +249,6 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
             else "stopped", "solver_wall_s": found.wall_s, "search": {
                 "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,
                 "complete": found.is_complete, "trajectory_lp": found.trajectory_lp, **extra}}
-    if found.value_s is not None and policy.chunked_prefill:
-        info["relaxation"] = "each (re)fill priced at its least prefill work (L^2+L)/2: bound valid, " \
-                             "objective replayed"
     if found.value_s is not None:
         info["replay_rel_diff"] = abs(metrics["latency_s"] - found.value_s) / metrics["latency_s"]
     if source != "warm-start":

@@ -31,7 +31,7 @@ from .trajectorylp import TrajectoryBound
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SearchResult:
     """schedule: an optimal schedule (None if the search stopped early or found nothing below ``upper_s``);
-    value_s: the search's price of it (a lower bound when fills are relaxed); bound_s: a valid lower bound
+    value_s: the search's price of it; bound_s: a valid lower bound
     on the latency of every schedule; is_complete: the search ran to the end; effort counters;
     trajectory_lp: what the trajectory LP's tables gave, if built (batch counts, root bound, whether
     column generation converged, build time)."""

@@ -17,8 +17,8 @@ None of these change the set of optimal values; each is measured in
   Σ_j k_ij >= Σ_t w_it, yd_j + yp_j >= y_j, evicted KV >= I_i + t - 1 when
   G >= t, decode KV read and phase KV in tight big-M form, prefill tokens <=
   min(P, M)·yp_j, segment s_jq <= L_q·y_j, and perspective tangents of the
-  squares, q >= 2a·c - a²·cz (c = 0 unless cz = 1), which charge a fractional
-  chunk as if it were whole. Online, the last batch ends no earlier than T_i
+  evictions' squares, qe >= 2a·ev - a²·e (ev = 0 unless e = 1), which charge a
+  fractional eviction as if it were whole. Online, the last batch ends no earlier than T_i
   plus what request i alone puts into the times of its batches (f(0), its
   tokens at the first slope, its decode or prefill bias, its decode KV and
   prefill work): those batches start after its arrival, one after another.
@@ -141,11 +141,8 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
             m.add(v.kvd[i][j] >= (I + O) * v.dp[i][j] + v.G[i][s] - O, "cut-decode-kv")
             m.add(v.m[i][s] >= (I + O) * v.D[i][s] + v.G[i][s] - O - 1, "cut-phase-kv")
             m.add(v.m[i][s] <= I - 1 + v.G[i][s], "cut-phase-kv")
-            for q, x, on in ((getattr(v, "q", None), v.c[i][j], v.cz[i][j]),
-                             (getattr(v, "qe", None), v.ev[i][j], v.e[i][j])):
-                if not q:
-                    continue
-                sq = q[i][j]
+            if getattr(v, "qe", None):                # ev² of the busy time's telescoped prefill work
+                sq, x, on = v.qe[i][j], v.ev[i][j], v.e[i][j]
                 m.add(sq >= x, "cut-square")
                 for a in _tangent_points(int(m.ub[x.index])):     # perspective: x = 0 unless on = 1
                     m.add(sq >= 2 * a * x - a * a * on, "cut-square")

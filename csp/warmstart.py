@@ -9,7 +9,7 @@ symmetry-breaking order (:func:`.trajectory.canonical_labels`).
 
 The horizon J must hold an optimal schedule. For latency each non-empty batch
 costs at least β = f(0) + min(decode, prefill bias) on top of the work w every
-schedule does (Σ Pk tokens at the cheapest slope, Σ I(I+1)/2 prefill work), so
+schedule does (Σ Pk tokens at the cheapest slope, Σ I(I+1)/2 causal prefill work), so
 an optimal schedule has at most ⌊(UB - w) / β⌋ batches. For mean TTFT only the
 batches up to the last first token are priced (:func:`horizon_for_ttft`); a
 tail that finishes every request after them is counted on top.
@@ -201,15 +201,16 @@ def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
         for q, (length, _) in enumerate(v.segs):
             x[v.seg[j][q].index] = min(length, left)
             left -= min(length, left)
-    for i, row in enumerate(getattr(v, "q", [])):
+    for i, row in enumerate(getattr(v, "qe", [])):
         for j, var in enumerate(row):
-            x[var.index] = c[i, j] ** 2
-            x[v.qe[i][j].index] = ev[i, j] ** 2
+            x[var.index] = ev[i, j] ** 2
     for i, row in enumerate(getattr(v, "w", [])):
         for j, var in enumerate(row):
             if var is not None:
-                x[var.index] = c[i, j] * k[i, j]
-                x[v.pw[i][j].index] = c[i, j] * k[i, j] * (1 - dp[i, j])
+                h = 2 * k[i, j] - c[i, j] + 1               # c·h/2 = the causal pairs c·m + c(c + 1)/2
+                x[v.h[i][j].index] = h
+                x[var.index] = c[i, j] * h
+                x[v.pw[i][j].index] = c[i, j] * h / 2 * (1 - dp[i, j])
     _assign_times(fm, x, tr, fin, gen, pad)
     assign_flows(fm, x, gen, D, fin, e, g)
     for var, fn in fm.derived:

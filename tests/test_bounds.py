@@ -57,8 +57,8 @@ def test_fill_dp_matches_brute_force():
         best = np.inf
         for mask in range(1 << (e - 1)):   # every composition of e into chunks
             cuts = [0] + [k + 1 for k in range(e - 1) if mask >> k & 1] + [e]
-            total = sum((5e-5 + mu[1] + mu[2]) * (b - a) + co.prefill_attn_s * (b - a) * b + mu[0] * b + mu[3]
-                        for a, b in zip(cuts, cuts[1:]))
+            total = sum((5e-5 + mu[1] + mu[2]) * (b - a) + co.prefill_attn_s * ((b - a) * a + (b - a) * (b - a + 1) / 2)
+                        + mu[0] * b + mu[3] for a, b in zip(cuts, cuts[1:]))
             best = min(best, total)
         return best
 

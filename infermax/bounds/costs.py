@@ -67,7 +67,8 @@ def formula_time(co: Coefficients, tokens: np.ndarray, kv_before: np.ndarray, de
         t += co.decode_bias_s + co.decode_kv_s * float(kv[dec].sum())
     if (~dec).any():
         c = tokens[~dec]
-        t += co.prefill_bias_s + co.prefill_attn_s * float(np.dot(c, kv[~dec])) + co.prefill_token_s * float(c.sum())
+        pairs = 0.5 * float(np.dot(c, 2 * kv_before[~dec] + c + 1))         # causal: c·m + c(c + 1)/2
+        t += co.prefill_bias_s + co.prefill_attn_s * pairs + co.prefill_token_s * float(c.sum())
     return t
 
 
@@ -81,7 +82,7 @@ def context_lengths(input_lens: np.ndarray, output_lens: np.ndarray) -> tuple[np
 
 
 def cheapest_fill(length: np.ndarray, per_token_s: float, attn_s: float, per_request_s: float = 0.0) -> np.ndarray:
-    """A lower bound on filling ℓ tokens from an empty cache: one-token chunks minimise
-    Σ c(m + c) to ℓ(ℓ + 1)/2, and any fill is at least one chunk (one request slot)."""
+    """A lower bound on filling ℓ tokens from an empty cache: the causal prefill work Σ c·m + c(c + 1)/2
+    of any chunking is exactly ℓ(ℓ + 1)/2, and any fill is at least one chunk (one request slot)."""
     ell = length.astype(np.float64)
     return per_token_s * ell + attn_s * ell * (ell + 1) / 2 + per_request_s

@@ -9,14 +9,14 @@ The batch constraints Σ_i KV_ij <= M, Σ_i c_ij <= C, Σ_i prefill_ij <= P and
 
 where β is the cheapest per-batch attention bias and SP_i is request i's
 shortest path over its own state graph: states are context lengths; an edge is a
-chunk of c tokens from m to m + c (cost b c + prefill_attn c (m + c) + prefill_token c
+chunk of c tokens from m to m + c (cost b c + prefill_attn (c m + c(c + 1)/2) + prefill_token c
 + μ_C c + μ_P c + μ_M (m + c) + μ_R — one batch holding m + c KV), a decode at
 length ℓ (b + decode_kv ℓ + μ_C + μ_M ℓ + μ_R), or an eviction back to 0. Since no
-edge depends on the request, one dynamic programme over lengths (a NumPy DP,
-O(L²)) prices every request at once. Every L(μ) is a valid lower bound; the
-subgradient method (Polyak steps towards an upper bound) searches for the best.
-Unlike the closed-form bound it prices the trade-off between fine chunking
-(less attention work) and the memory and running-slot time each chunk holds.
+edge depends on the request, one dynamic programme over lengths (O(L)) prices
+every request at once. Every L(μ) is a valid lower bound; the subgradient method
+(Polyak steps towards an upper bound) searches for the best. Unlike the
+closed-form bound it prices the memory and running-slot time each chunk and each
+decode holds (causal attention work is the same however a fill is chunked).
 """
 from __future__ import annotations
 
@@ -34,10 +34,12 @@ _FEATURES = 4  # per-path totals: KV footprint, tokens, prefill tokens, batches 
 def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Cheapest fill of every length 0..max_len from an empty cache, and its feature totals.
 
-    F(e) = min_{m<e} F(m) + lin (e-m) + attn (e-m) e + μ_M e + μ_R
-         = lin e + attn e² + μ_M e + μ_R + min_m [F(m) - m (lin + attn e)],
-    a lower envelope of lines (slope -m, intercept F(m)) queried at increasing
-    x = lin + attn e: the monotone convex-hull trick makes the DP O(L).
+    A chunk from m to e does causal work (e - m)·m + (e - m)(e - m + 1)/2 = (e² + e - m² - m)/2, so
+
+    F(e) = min_{m<e} F(m) + lin (e-m) + attn (e² + e - m² - m)/2 + μ_M e + μ_R
+         = lin e + attn e(e+1)/2 + μ_M e + μ_R + min_{m<e} G(m),   G(m) = F(m) - lin m - attn m(m+1)/2,
+
+    a running minimum: O(L). (With μ >= 0 the minimum is G(0) = 0, one chunk, but the DP does not rely on it.)
     """
     mu_M, mu_C, mu_P, mu_R = mu
     lin = per_token_s + co.prefill_token_s + mu_C + mu_P
@@ -45,24 +47,13 @@ def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: in
     per_chunk = mu_R + co.request_s
     cost = [0.0] * (max_len + 1)
     arg = [0] * (max_len + 1)
-    hull: list[tuple[float, float, int]] = []   # lines (slope, intercept, m), slopes decreasing
-    head = 0
-
-    def useless(l1, l2, l3) -> bool:   # l2 never below both neighbours
-        return (l3[1] - l1[1]) * (l1[0] - l2[0]) <= (l2[1] - l1[1]) * (l1[0] - l3[0])
-
+    best_g, best_m = 0.0, 0                      # min over m < e of G(m), and where
     for e in range(1, max_len + 1):
-        line = (-float(e - 1), cost[e - 1], e - 1)
-        while len(hull) - head >= 2 and useless(hull[-2], hull[-1], line):
-            hull.pop()
-        hull.append(line)
-        head = min(head, len(hull) - 1)
-        x = lin + attn * e
-        while head + 1 < len(hull) and hull[head + 1][0] * x + hull[head + 1][1] <= hull[head][0] * x + hull[head][1]:
-            head += 1
-        slope, icpt, m = hull[head]
-        cost[e] = slope * x + icpt + lin * e + attn * e * e + mu_M * e + per_chunk
-        arg[e] = m
+        cost[e] = lin * e + attn * e * (e + 1) / 2 + mu_M * e + per_chunk + best_g
+        arg[e] = best_m
+        g = cost[e] - lin * e - attn * e * (e + 1) / 2
+        if g < best_g:
+            best_g, best_m = g, e
     feats = np.zeros((max_len + 1, _FEATURES))
     for e in range(1, max_len + 1):
         j = arg[e]

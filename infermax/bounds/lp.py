@@ -14,7 +14,7 @@ lengths, never on B. Variables (all continuous, >= 0):
     s.t. NA >= a_k·J + b_k·T                 for every non-attention line k
          T = T0 + Σ y_ℓ (ℓ - 1)               tokens processed (a refill redoes ℓ, a decode 1)
          K = Σ (n_ℓ - y_ℓ) ℓ                  decode KV read
-         W = Σ_i I_i(I_i+1)/2 + Σ y_ℓ ℓ(ℓ+1)/2   least prefill-attention work (free chunking)
+         W = Σ_i I_i(I_i+1)/2 + Σ y_ℓ ℓ(ℓ+1)/2   prefill-attention work (causal: any chunking)
          Ptok = Σ I + Σ y_ℓ ℓ                 prefill tokens
          C·J >= T,  P·J_p >= Ptok,  M·J >= F,  R_max·J >= Σ O,  J >= max O
          J_d + J_p >= J,  J_d <= J,  J_p <= J

@@ -11,7 +11,7 @@ between its batches — only adds. So, for any line k of the non-attention model
 
 - TTFT_i >= fill_k(I_i): its first token needs a fill of I_i tokens in at
   least ⌈I_i / min(C, P)⌉ batches, each a prefill batch (a_k + prefill bias +
-  one request slot), with prefill-attention work at least I(I+1)/2;
+  one request slot), with causal prefill-attention work I(I+1)/2 (any chunking);
 - E2E_i >= fill_k(I_i) + Σ_{g=2..O} token_k(ℓ_g): every later token g (context
   ℓ_g = I + g - 1) is its own batch: a decode reading ℓ_g KV, or a refill of ℓ_g
   tokens after an eviction, whichever is cheaper;

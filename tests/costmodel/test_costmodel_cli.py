@@ -25,8 +25,11 @@ def test_report_json(capsys, tmp_path):
 
 
 def test_report_text(capsys):
-    code, out, _ = run(["costmodel", "report", "--profile", "a100/Llama-2-7b-hf", "--folds", "3"], capsys)
+    code, out, _ = run(["costmodel", "report", "--profile", "a100/Llama-2-7b-hf", "--folds", "3",
+                        "--compare-attention-forms"], capsys)
     assert code == 0 and "median APE" in out and "non_attention" in out and "roofline" in out
+    rows = [line.split() for line in out.splitlines() if line.split()[:1] in (["causal"], ["square"])]
+    assert [r[0] for r in rows] == ["causal", "square"] and all(len(r) == 1 + 4 * 3 for r in rows)
 
 
 def test_list_show_and_errors(capsys):

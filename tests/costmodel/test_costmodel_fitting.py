@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from infermax.costmodel.communication import fit_collective
 from infermax.costmodel.fitting import (OperatorData, fit_decode, fit_nonattention, fit_operators, fit_prefill,
                                         relative_lsq)
-from infermax.costmodel.linear import LinearCoefficients
+from infermax.costmodel.linear import LinearCoefficients, prefill_attention_work
 from infermax.costmodel.roofline import roofline_terms
 
 positive = st.floats(1e-3, 1e3)
@@ -25,7 +25,7 @@ def _synthetic(k: LinearCoefficients, rng: np.random.Generator) -> OperatorData:
     return OperatorData(
         tokens, k.nonattention_s(tokens), tokens.copy(),
         b, kv, k.decode_s(b * (kv + 1.0)), kv // 1000,
-        c, m, k.prefill_s(c * (m + c.astype(float)), c), c // 1000)
+        c, m, k.prefill_s(prefill_attention_work(c, m), c), c // 1000)
 
 
 @given(floor=positive, kink=st.integers(24, 2048), steep=st.floats(0.05, 1.0), d_bias=positive,
@@ -51,7 +51,7 @@ def test_single_line_and_extended_prefill_exact():
     assert lines[0] == pytest.approx((2e-3, 3e-5), rel=1e-9)
     c = np.repeat([64.0, 256.0, 1024.0], 10)
     m = np.tile(np.arange(0.0, 1000.0, 100.0), 3)
-    t = 1e-3 + 5e-9 * c * (m + c) + 2e-6 * c
+    t = 1e-3 + 5e-9 * (c * m + c * (c + 1) / 2) + 2e-6 * c
     assert fit_prefill(c, m, t, extended=True) == pytest.approx((1e-3, 5e-9, 2e-6), rel=1e-6)
 
 
@@ -85,7 +85,7 @@ def test_fit_with_roofline_never_undercuts_it():
     n = data.nonattn_tokens
     assert np.all(fit.nonattention_s(n) >= roof.nonattention_s(n) * (1 - 1e-9))
     assert fit.decode_kv_s >= max(roof.decode_bytes_s, roof.decode_flops_s) * (1 - 1e-9)
-    assert fit.prefill_attn_s >= 2 * roof.prefill_flops_s * (1 - 1e-9)
+    assert fit.prefill_attn_s >= roof.prefill_flops_s * (1 - 1e-9)        # per causal pair
 
 
 def test_missing_attention_rows_leave_terms_zero():
@@ -114,3 +114,16 @@ def test_lm_head_gives_request_term_and_its_bias_joins_the_lines():
                             np.ones(data.prefill_s.size, bool), rows < 100)
     assert half.head_rows.tolist() == rows[rows < 100].tolist()
     assert with_head.lm_head_at(np.array([1.0, 2.5])) == pytest.approx(6e-4 + 3e-5 * np.array([1.0, 2.5]))
+
+
+def test_each_attention_form_recovers_its_own_ground_truth():
+    """Prefill data made with the square W = c(m + c) are fitted exactly by that form, not by the causal
+    one (and the other way round); an unknown form is refused by name."""
+    c = np.repeat([64.0, 256.0, 1024.0], 10)
+    m = np.tile(np.arange(0.0, 1000.0, 100.0), 3)
+    square, causal = 1e-3 + 5e-9 * c * (m + c), 1e-3 + 5e-9 * prefill_attention_work(c, m)
+    assert fit_prefill(c, m, square, attention_form="square")[:2] == pytest.approx((1e-3, 5e-9), rel=1e-6)
+    assert fit_prefill(c, m, causal)[:2] == pytest.approx((1e-3, 5e-9), rel=1e-6)
+    assert fit_prefill(c, m, square)[:2] != pytest.approx((1e-3, 5e-9), rel=1e-2)
+    with pytest.raises(ValueError, match="attention_form must be one of causal, square, got 'cubic'"):
+        fit_operators(_synthetic(LinearCoefficients(), np.random.default_rng(0)), attention_form="cubic")

@@ -14,7 +14,7 @@ def _manual(k: LinearCoefficients, tokens, kv, is_decode) -> float:
         t += k.decode_bias_s + k.decode_kv_s * (kv[is_decode] + tokens[is_decode]).sum()
     if (~is_decode).any():
         c, m = tokens[~is_decode], kv[~is_decode]
-        t += k.prefill_bias_s + k.prefill_attn_s * (c * (m + c)).sum() + k.prefill_token_s * c.sum()
+        t += k.prefill_bias_s + k.prefill_attn_s * (c * m + c * (c + 1) / 2).sum() + k.prefill_token_s * c.sum()
     return float(t + k.request_s * tokens.size)
 
 
@@ -114,3 +114,12 @@ def test_from_json_names_the_line_of_a_syntax_error(tmp_path):
     path.write_text('{\n  "kind": "linear",\n  "coefficients": {,}\n}\n')
     with pytest.raises(ValueError, match="line 3"):
         LinearCostModel.from_json(path)
+
+
+def test_cost_file_with_the_pre_causal_formula_is_refused():
+    data = json.loads(LinearCostModel().to_json())
+    data["formula"] = data["formula"].replace("W = sum_prefill c*m + c*(c+1)/2 (causal)", "W = sum_prefill c*(m+c)")
+    with pytest.raises(ValueError, match=r"formula prices prefill attention as W = sum c\*\(m\+c\).*refit"):
+        LinearCostModel.from_json(json.dumps(data))
+    del data["formula"]                                       # hand-written files without a formula load
+    assert LinearCostModel.from_json(json.dumps(data)).coefficients == LinearCoefficients()

@@ -114,11 +114,11 @@ def test_ring_rotation_is_hidden_behind_long_attention_only():
     assert not ring.is_linear and _linear_model(ParallelConfig(sp=4, sp_kind="ulysses")).is_linear
     k = ring.coefficients
     long_tokens, long_kv = np.array([8192]), np.array([65536])
-    attention = k.prefill_attn_s * 8192 * (65536 + 8192)
+    attention = k.prefill_attn_s * (8192 * 65536 + 8192 * 8193 / 2)         # causal pairs
     assert ring.ring_rotation_s(65536 + 8192) < attention
     short = (np.array([64]), np.array([65536]), np.array([False]))
     linear_part = super(ParallelCostModel, ring).batch_time(*short)
-    exposed = ring.ring_rotation_s(65536 + 64) - k.prefill_attn_s * 64 * (65536 + 64)
+    exposed = ring.ring_rotation_s(65536 + 64) - k.prefill_attn_s * (64 * 65536 + 64 * 65 / 2)
     assert exposed > 0 and ring.batch_time(*short) == pytest.approx(linear_part + exposed, rel=1e-12)
     assert ring.batch_time(long_tokens, long_kv, np.array([False])) == pytest.approx(
         super(ParallelCostModel, ring).batch_time(long_tokens, long_kv, np.array([False])))

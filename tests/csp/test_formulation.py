@@ -90,7 +90,7 @@ def test_aggregated_model_prices_merged_schedules_exactly(cost, inst):
         merged = merge_chunks(strip_wasted_work(r.schedule, workload, limits, cost), workload, limits, cost)
         if merged is None:
             continue
-        fm = build_aggregate(workload, limits, cost, Policy(), len(merged) + 1, relax_chunking=False)
+        fm = build_aggregate(workload, limits, cost, Policy(), len(merged) + 1)
         x = assign_aggregate(fm, merged)
         assert fm.model.evaluate(x) == []
         assert fm.model.objective_value(x) == pytest.approx(metrics(replay(merged, workload, limits, cost))

@@ -54,12 +54,16 @@ def test_optimum_beats_every_heuristic_and_its_eviction_free_class(cost, inst):
 @pytest.mark.solver
 def test_a_late_arrival_is_bounded_by_its_own_batches(cost):
     """Found by the property test above: without the arrival cut the bound stayed at the arrival
-    (0.4994 s) and CP-SAT could not close the gap in 30 s; request 2 still needs four batches after it."""
+    (0.4994 s) and CP-SAT could not close the gap in 30 s; request 2 still needs four batches after it.
+    Since prefill attention became causal (issue 19) the fitted prefill bias is below the decode bias,
+    the closed-form bound charges every batch the prefill bias, and 30 s no longer prove the optimum
+    (0.5354734319 s, tests/oracle.py): the gap must stay within 1e-3."""
     w = Workload.from_lengths([1, 1, 1], [3, 4, 4], [0.0, 0.0, 0.49938852138006495])
     lim = Limits(M=7, C=8, P=8)
     r = solve_optimal(w, lim, cost, time_limit_s=30, rel_gap=1e-6)
-    assert r.status == "optimal"
-    assert r.bound >= 0.49938852138006495 + 4 * 0.009
+    optimum = 0.5354734318793238
+    assert r.bound <= optimum <= r.objective * (1 + 1e-12) and r.gap <= 1e-3
+    assert r.bound >= 0.49938852138006495 + 4 * 0.00898      # four batches of >= f(1) + prefill bias each
     _replays(r, w, lim, cost)
 
 
