@@ -16,10 +16,11 @@ from infermax.costmodel.linear import LinearCoefficients, LinearCostModel, prefi
 
 
 def _registered() -> list[str]:
-    """Every registered name (the roofline prefix at two GPU/model pairs) plus parallel variants."""
-    names = [n for n in available_cost_models() if n != "roofline"]
-    names += ["roofline:a100/llama2-7b", "roofline:h100/llama3-8b"]
-    assert "roofline" in available_cost_models() and len(names) >= 7
+    """Every registered name (the roofline and scaled prefixes at GPU/model pairs) plus parallel variants."""
+    names = [n for n in available_cost_models() if n not in ("roofline", "scaled")]
+    names += ["roofline:a100/llama2-7b", "roofline:h100/llama3-8b", "scaled:a100/mistral-7b-v0.3",
+              "scaled:a100/yi-34b@tp=4"]
+    assert {"roofline", "scaled"} <= set(available_cost_models()) and len(names) >= 9
     return names + ["a100/llama2-7b@tp=2,pp=2", "a100/llama2-7b@sp=4,sp_kind=ring", "a100/llama2-7b@kvp=2",
                     "roofline:a100/llama2-7b@sp=2,sp_kind=ring"]
 
