@@ -112,6 +112,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from .engine import resolve_inputs
     from .schedulers import get_scheduler, split_specs
 
+    if args.cluster:
+        return _simulate_cluster(args)
+    if args.policy:
+        raise ValueError(f"--policy {args.policy!r} needs --cluster (a global policy spreads requests over replicas)")
     spec = f"trace:{args.trace}" if args.trace else args.workload
     workload, limits, cost = resolve_inputs(spec, args.limits, args.cost)
     names = split_specs(args.scheduler)
@@ -144,6 +148,55 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         if args.out:
             print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
                   f"requests.csv under {args.out}")
+    return 0
+
+
+def _simulate_cluster(args: argparse.Namespace) -> int:
+    """``simulate --cluster SPEC [--policy fifo,reservation,priority]``: per policy and local scheduler."""
+    from .cluster import POLICIES, Cluster, simulate_cluster
+    from .schedulers import get_scheduler, split_specs
+    from .types import Workload
+
+    cluster = Cluster.from_spec(args.cluster)
+    if args.out:
+        raise ValueError("--out is not written for --cluster runs yet (per-replica schedules are in the Python "
+                         "result: infermax.cluster.simulate_cluster(...).schedules)")
+    if args.limits and any(p.split("=")[0].strip() == "M" for p in args.limits.split(",")):
+        raise ValueError(f"--limits {args.limits!r}: M comes from --cluster (each replica's KV capacity, "
+                         f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
+    workload = Workload.from_spec(f"trace:{args.trace}" if args.trace else args.workload)
+    policies = split_specs(args.policy or "fifo")
+    for policy in policies:
+        if policy not in POLICIES:
+            from difflib import get_close_matches
+            near = get_close_matches(policy, POLICIES, n=1)
+            raise ValueError(f"--policy: unknown cluster policy {policy!r}"
+                             f"{f' (did you mean {near[0]}?)' if near else ''}; known: {', '.join(POLICIES)}")
+    names = split_specs(args.scheduler)
+    for name in names:
+        get_scheduler(name)
+    rows, details = [], []
+    for policy in policies:
+        for name in names:
+            bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
+            try:
+                r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar)
+            finally:
+                bar.close()
+            rows.append({"policy": policy, "scheduler": name, **r.metrics})
+            details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
+                            "utilization": r.utilization.round(4).tolist()})
+    if args.json:
+        print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
+        return 0
+    print(f"workload {workload.name}  cluster {cluster.to_spec()}  ({cluster.num_replicas} replicas, "
+          f"M = {cluster.replica_kv_capacity_tokens}, cost {cluster.cost_model_name()})")
+    print_table(rows, ("policy", "scheduler", *SUMMARY_KEYS))
+    tags = [{"policy": d["policy"], "scheduler": d["scheduler"], "tag": tag, **vals}
+            for d in details for tag, vals in d["by_tag"].items()]
+    if tags:
+        print_table(tags, ("policy", "scheduler", "tag", "num_requests", "queueing_p50_s", "queueing_p99_s",
+                           "throughput_rps", "jct_mean_s", "num_starved"))
     return 0
 
 
@@ -215,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost", default=None, help="cost model name or JSON path (default: A100 Llama-2-7B)")
     p.add_argument("--out", help="directory for schedule.json, workload.json, limits.json, cost.json, metrics "
                    "and DataFrames (CSV); one subdirectory per scheduler when several")
+    p.add_argument("--cluster", help="simulate on many replicas, e.g. a100:nodes=4,gpus_per_node=8,"
+                   "model=mistral-7b-v0.3,tp=1 (M per replica from GPU memory; --scheduler is each replica's)")
+    p.add_argument("--policy", help="with --cluster: global policies, comma separated (fifo, reservation, "
+                   "priority; default fifo)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)

@@ -80,3 +80,18 @@ def test_bad_inputs_are_refused_with_names():
         simulate_cluster(big, FOUR)
     with pytest.raises(ValueError, match="has input 100 > C = 64"):
         simulate_cluster(Workload.from_lengths([100], [2]), FOUR, limits="C=64")
+
+
+def test_the_cli_runs_policies_on_a_cluster_and_refuses_a_given_M(capsys):
+    from infermax.cli import main
+    args = ["simulate", "--cluster", "a100:nodes=1,gpus_per_node=4,model=mistral-7b-v0.3", "--policy",
+            "fifo,priority", "--scheduler", "vllm", "--workload", "pecsched:splitwise_conv,n=60,hi=300000", "-q"]
+    assert main(args + ["--json"]) == 0
+    import json
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["policy"], r["scheduler"]) for r in out["results"]] == [("fifo", "vllm"), ("priority", "vllm")]
+    assert set(out["results"][0]["by_tag"]) == {"short", "long"}
+    assert main(args + ["--limits", "M=1000"]) == 2
+    assert "M comes from --cluster" in capsys.readouterr().err
+    assert main(args[:4] + ["fifoo"] + args[5:]) == 2
+    assert "unknown cluster policy 'fifoo' (did you mean fifo?)" in capsys.readouterr().err
