@@ -1,18 +1,38 @@
-"""Simulator speed on the paper's heaviest cell: B=1024, I=O=1024, M=100K, C=4096.
+"""Simulator speed.
 
+Default mode, the paper's heaviest cell: B=1024, I=O=1024, M=100K, C=4096.
 Prints, per scheduler, wall time, simulated batches/s and requests/s, and the
 speed-up over a baseline run *in the same process*: the same simulator with the
 decode fast-forward turned off (one scheduler decision per batch, as a
 conventional simulator does). Target (issue 2): under 0.7 s per scheduler.
 
+``--scale`` (issue 19): an online Poisson workload (I=512, O=256, 7 requests/s,
+M=100K, C=4096) at B = 1K, 10K, 100K, 1M requests, the schedule streamed to a
+temporary file (``simulate(..., schedule_path=...)``). Per B and scheduler: CPU
+and wall time of the simulation, CPU time per batch and its ratio to B = 1K (the
+cost of a batch should not depend on the trace length), the active-set size
+(mean and max running, max waiting: a growing queue would mean the replica is
+overloaded) and the peak RSS of the process so far (B grows, so it is the peak
+of the largest run). The first size is run --repeat times (best kept) after a
+warm-up run; the others once.
+
     python benchmarks/simulate_bench.py [--repeat 3] [--workload SPEC]
+    python benchmarks/simulate_bench.py --scale [--sizes 1K,10K,100K,1M] [--schedulers vllm,sarathi]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import resource
+import tempfile
 import time
 
+import numpy as np
+
 from infermax import Limits, Workload, simulate
+from infermax.types import parse_count
+
+SCALE_SPEC = "fixed:I=512,O=256,B={B},rate=7"
 
 
 def best_of(repeat: int, fn) -> tuple[float, object]:
@@ -24,24 +44,74 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
     return best, out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", default="fixed:I=1024,O=1024,B=1024")
-    ap.add_argument("--schedulers", default="vllm,sarathi,vllm-ef,sarathi-ef")
-    ap.add_argument("--repeat", type=int, default=3)
-    args = ap.parse_args()
+def default(args) -> None:
     w = Workload.from_spec(args.workload)
     lim = Limits(M=100_000, C=4096)
     print(f"workload {w.name}  limits {lim.to_dict()}  best of {args.repeat}")
     print(f"{'scheduler':>12} {'wall_s':>8} {'batches':>8} {'batches/s':>10} {'requests/s':>11} "
           f"{'baseline_s':>10} {'speedup':>8}")
-    for name in args.schedulers.split(","):
+    for name in (args.schedulers or "vllm,sarathi,vllm-ef,sarathi-ef").split(","):
         wall, res = best_of(args.repeat, lambda: simulate(w, name, lim))
         base, ref = best_of(1, lambda: simulate(w, name, lim, fast_forward=False))
         assert ref.trace == res.trace, "fast-forward changed the result"
         nb = res.metrics["num_batches"]
         print(f"{name:>12} {wall:8.3f} {nb:8d} {nb / wall:10.0f} {len(w) / wall:11.0f} {base:10.3f} "
               f"{base / wall:7.1f}x")
+
+
+def _waiting_max(trace) -> int:
+    """Most requests arrived but not yet scheduled at any batch start (the queue)."""
+    r, starts = trace.requests, trace.batches["start_s"]
+    arrived = np.searchsorted(np.sort(r["arrival_s"]), starts, "right")
+    scheduled = np.searchsorted(np.sort(r["first_scheduled_s"]), starts, "right")
+    return int((arrived - scheduled).max())
+
+
+def scale(args) -> None:
+    sizes = [parse_count(s, "--sizes") for s in args.sizes.split(",")]
+    names = (args.schedulers or "vllm,sarathi").split(",")
+    lim = Limits(M=100_000, C=4096)
+    print(f"workload {SCALE_SPEC}  limits {lim.to_dict()}  schedule streamed to a temporary file")
+    print(f"{'B':>9} {'scheduler':>9} {'load_s':>7} {'cpu_s':>8} {'wall_s':>8} {'batches':>9} "
+          f"{'us/batch':>8} {'vs 1st':>6} {'run_mean':>8} {'run_max':>7} {'wait_max':>8} {'rss_GB':>6}")
+    first: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "schedule.json")
+        warm = Workload.from_spec(SCALE_SPEC.format(B=min(sizes)))
+        for name in names:     # imports, cost-model loading: not part of any measured run
+            simulate(warm, name, lim, schedule_path=path)
+        for B in sizes:
+            t0 = time.perf_counter()
+            w = Workload.from_spec(SCALE_SPEC.format(B=B))
+            load = time.perf_counter() - t0
+            for name in names:
+                cpu, wall = float("inf"), float("inf")
+                for _ in range(args.repeat if B == sizes[0] else 1):   # the reference size: best of --repeat
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    res = simulate(w, name, lim, schedule_path=path)
+                    cpu, wall = min(cpu, time.process_time() - c0), min(wall, time.perf_counter() - t0)
+                nb = res.metrics["num_batches"]
+                per = cpu / nb * 1e6
+                first.setdefault(name, per)
+                rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20   # KiB on Linux
+                b = res.trace.batches
+                print(f"{B:9d} {name:>9} {load:7.2f} {cpu:8.2f} {wall:8.2f} {nb:9d} {per:8.1f} "
+                      f"{per / first[name]:5.2f}x {b['num_running'].mean():8.1f} {int(b['num_running'].max()):7d} "
+                      f"{_waiting_max(res.trace):8d} {rss:6.2f}", flush=True)
+                del res
+            del w
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workload", default="fixed:I=1024,O=1024,B=1024")
+    ap.add_argument("--schedulers", default=None, help="comma-separated (default: vllm,sarathi,vllm-ef,sarathi-ef; "
+                                                       "with --scale vllm,sarathi)")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--scale", action="store_true", help="time per batch against the trace length (issue 19)")
+    ap.add_argument("--sizes", default="1K,10K,100K,1M", help="with --scale: numbers of requests")
+    args = ap.parse_args()
+    scale(args) if args.scale else default(args)
 
 
 if __name__ == "__main__":
