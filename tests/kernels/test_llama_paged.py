@@ -59,7 +59,7 @@ def test_paged_logits_equal_dense_logits(backend, model):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("block_size", [16, pytest.param(32, marks=pytest.mark.slow)])   # 32: -m slow
 def test_chunked_prefill_then_decode_equals_greedy_reference(backend, block_size, model):
     num_new = 8
     expected = model.generate_greedy(PROMPT, num_new)
