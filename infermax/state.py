@@ -176,6 +176,11 @@ class ServingState:
             self.admit_arrivals()
 
     @property
+    def pending(self) -> np.ndarray:
+        """Requests dispatched (or arriving) but not yet admitted, in admission order."""
+        return self._arrival_order[self._next_arrival:self._num_queued]
+
+    @property
     def has_work(self) -> bool:
         """Requests dispatched here and not finished (admitted or not yet)."""
         return self.num_done < self._num_queued

@@ -23,6 +23,7 @@ simulating, with a message naming it.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -132,7 +133,7 @@ class ClusterEngine:
         for r, runner in enumerate(self.runners):
             st = runner.state
             act = st.active
-            pending = st.arrival_order[st._next_arrival:]
+            pending = st.pending
             idx = np.concatenate((act, pending)) if pending.size else act
             if idx.size:
                 out[r] = int(((st.inp[idx] - st.m[idx]).clip(min=0) + st.output_lens[idx] - st.gen[idx]).sum())
@@ -144,7 +145,7 @@ class ClusterEngine:
         for r, runner in enumerate(self.runners):
             st = runner.state
             act = st.active
-            ok[r] = st._next_arrival == st._num_queued and not bool((st.status[act] == WAITING).any())
+            ok[r] = st.pending.size == 0 and not bool((st.status[act] == WAITING).any())
         return ok
 
     # --- the global policies ---------------------------------------------------------------
@@ -152,7 +153,6 @@ class ClusterEngine:
         """Send requests from the global queue to replicas: FIFO order (priority: short ones first)."""
         if not queue:
             return
-        import time
         t0 = time.process_time()
         if self.policy == "fifo" and len(self.runners) == 1:
             for i in queue:           # one replica: every request goes there on arrival
@@ -238,7 +238,7 @@ class ClusterEngine:
                 heapq.heappush(ready, (runner.state.clock_s, r))
             else:
                 nxt = runner.state.next_arrival_s
-                own_pending = runner.state._next_arrival < runner.state._num_queued
+                own_pending = runner.state.pending.size > 0
                 if own_pending and nxt is not None:
                     runner.wait_until(nxt)
                     heapq.heappush(ready, (runner.state.clock_s, r))
