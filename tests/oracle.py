@@ -30,6 +30,17 @@ schedule's event times with the formulas of ``infermax.metrics``):
   (end - T_i) / B.
 - tpot: each batch costs duration × Σ 1/((O_i - 1)·n) over requests with O_i > 1 that
   hold a first token and are not done (n = number of such requests in the workload).
+- ``e2e`` is ``completion``. ``NAME:TAG`` (e.g. ``ttft:short``): the mean over the requests
+  tagged TAG only — the weights 1/B above become 1/|TAG| on them and 0 on the others.
+
+Percentiles (``ttft_p99``, ``e2e_p90``, ..., also with ``:TAG``; numpy's linear
+interpolation, as ``infermax.metrics``) are not sums. They are monotone in every request's
+event time (first token, completion), so a label carries those times: a label that can idle
+to another's clock with no later recorded event time dominates it (the same future gives
+every event no later). Labels leave the heap in clock order, none is dropped by an estimate;
+every complete label is evaluated and the least value wins (``Oracle._solve_percentile``); a
+label whose value with every event still to come put at its clock is no better than the best
+complete one is dropped (events come later, the percentile is monotone).
 
 Idling and dominance. Idling (``not_before_s``) never leaves the state, so a label
 (state, clock, cost) that can idle to a later clock and then copy another label's
@@ -56,6 +67,18 @@ from infermax import Batch, Limits, Schedule, Workload
 from infermax.csp import Policy
 
 OBJECTIVES = ("latency", "completion", "ttft", "tpot", "throughput")
+PERCENTILES = tuple(f"{m}_p{q}" for m in ("ttft", "e2e") for q in (50, 90, 99))
+
+
+class Goal(NamedTuple):
+    """A parsed objective: ``metric`` (one of OBJECTIVES), ``percentile`` (None: a mean or a makespan),
+    ``weights`` per request of the mean (1/B, or 1/|tag| on a tag's requests), ``members`` (of the tag)."""
+
+    name: str
+    metric: str
+    percentile: float | None
+    weights: tuple[float, ...]
+    members: tuple[int, ...]
 
 
 class Progress(NamedTuple):
@@ -127,14 +150,32 @@ class Oracle:
         self.least_batch_s = 0.0
         self.least_batch_s = min(self.price((1,), (0,), (False,)), self.price((1,), (1,), (True,)))
 
+    def goal(self, objective: str) -> Goal:
+        """Parse ``metric[:tag]`` (module docstring)."""
+        base, _, tag = objective.partition(":")
+        base = "completion" if base == "e2e" else base
+        if base not in OBJECTIVES + PERCENTILES or (tag and base in ("latency", "throughput")):
+            raise ValueError(f"objective must be one of {OBJECTIVES + PERCENTILES} (but latency and throughput "
+                             f"optionally with :tag), got {objective!r}")
+        tags = [r.tag for r in self.workload.requests]
+        members = tuple(i for i, t in enumerate(tags) if not tag or t == tag)
+        if not members:
+            raise ValueError(f"no request has tag {tag!r}")
+        if base == "tpot" and max(self.O[i] for i in members) == 1:
+            raise ValueError("tpot needs a request with output_len > 1")
+        weights = tuple(1.0 / len(members) if i in members else 0.0 for i in range(len(self.I)))
+        if base in PERCENTILES:
+            metric, q = base.split("_p")
+            return Goal(objective, "ttft" if metric == "ttft" else "completion", float(q), weights, members)
+        return Goal(objective, base, None, weights, members)
+
     def solve(self, objective: str = "latency", policy: Policy | None = None) -> OracleResult:
         """The optimum of ``objective`` in ``policy``'s class (ValueError: no schedule of the class)."""
-        if objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-        if objective == "tpot" and max(self.O) == 1:
-            raise ValueError("tpot needs a request with output_len > 1")
+        goal = self.goal(objective)
         policy = policy or Policy()
         lim = policy.effective_limits(self.limits)
+        if goal.percentile is not None:
+            return self._solve_percentile(goal, policy, lim)
         start = Label(0.0, 0.0, tuple(Progress(0, i, 0) for i in self.I), None, None)
         front: dict[State, list[Label]] = {start.state: [start]}
         heap, seq, num_labels = [(0.0, 0.0, 0, start)], itertools.count(1), 1
@@ -143,18 +184,56 @@ class Oracle:
             if not any(x is label for x in front[label.state]):
                 continue                                   # dominated after it was pushed
             if all(p.gen == o for p, o in zip(label.state, self.O)):
-                return self._result(objective, label, num_labels)
+                return self._result(goal, label, num_labels)
             for mv in self.moves(label.state, lim):
                 if not _allowed(mv, policy):
                     continue
-                new = self._extend(objective, label, mv)
+                new = self._extend(goal, label, mv)
                 labels = front.setdefault(new.state, [])
-                if any(_dominates(objective, old, new) for old in labels):
+                if any(_dominates(goal.metric, old, new) for old in labels):
                     continue
-                labels[:] = [old for old in labels if not _dominates(objective, new, old)] + [new]
-                heapq.heappush(heap, (new.cost + self._estimate(objective, new, lim), new.clock_s, next(seq), new))
+                labels[:] = [old for old in labels if not _dominates(goal.metric, new, old)] + [new]
+                heapq.heappush(heap, (new.cost + self._estimate(goal, new, lim), new.clock_s, next(seq), new))
                 num_labels += 1
         raise ValueError("no schedule of the class serves this instance")
+
+    def _solve_percentile(self, goal: Goal, policy: Policy, lim: Limits) -> OracleResult:
+        """Label setting over (state, clock, event times): see the module docstring."""
+        is_first = goal.metric == "ttft"
+        start = Label(0.0, 0.0, tuple(Progress(0, i, 0) for i in self.I), None, None)
+        nan = float("nan")
+        front: dict[State, list[tuple[Label, tuple[float, ...]]]] = {start.state: [(start, (nan,) * len(self.I))]}
+        heap, seq, num_labels = [(0.0, 0, start, (nan,) * len(self.I))], itertools.count(1), 1
+        best, best_label = float("inf"), None
+        while heap:
+            _, _, label, times = heapq.heappop(heap)
+            if not any(x is label for x, _ in front[label.state]):
+                continue
+            if best < float("inf") and _percentile_value(goal, self.T, tuple(
+                    max(label.clock_s, a) if t != t else t for t, a in zip(times, self.T))) >= best:
+                continue                               # every event left comes after the clock: no better
+            if all(p.gen == o for p, o in zip(label.state, self.O)):
+                value = _percentile_value(goal, self.T, times)
+                if value < best:
+                    best, best_label = value, label
+                continue
+            for mv in self.moves(label.state, lim):
+                if not _allowed(mv, policy):
+                    continue
+                end = max(label.clock_s, mv.latest_arrival_s) + mv.duration_s
+                new = Label(0.0, end, mv.after, mv, label)
+                events = mv.first if is_first else mv.done
+                new_times = tuple(end if i in events else t for i, t in enumerate(times))
+                labels = front.setdefault(new.state, [])
+                if any(_dominates_times(old, old_t, new, new_times) for old, old_t in labels):
+                    continue
+                labels[:] = [(old, old_t) for old, old_t in labels
+                             if not _dominates_times(new, new_times, old, old_t)] + [(new, new_times)]
+                heapq.heappush(heap, (end, next(seq), new, new_times))
+                num_labels += 1
+        if best_label is None:
+            raise ValueError("no schedule of the class serves this instance")
+        return self._result(goal, best_label, num_labels)
 
     def price(self, tokens: tuple[int, ...], kv_before: tuple[int, ...], is_decode: tuple[bool, ...]) -> float:
         key = (tokens, kv_before, is_decode)
@@ -230,28 +309,28 @@ class Oracle:
                     tuple(done), is_hybrid=any(decode) and not all(decode), is_chunked=is_chunked)
 
     # --- objectives: additive costs, A* estimates -----------------------------------------------
-    def _extend(self, objective: str, label: Label, mv: Move) -> Label:
+    def _extend(self, goal: Goal, label: Label, mv: Move) -> Label:
         end = max(label.clock_s, mv.latest_arrival_s) + mv.duration_s
-        B = len(self.I)
-        if objective in ("latency", "throughput"):
+        w = goal.weights
+        if goal.metric in ("latency", "throughput"):
             inc = end - max(label.clock_s, min(self.T))
-        elif objective == "completion":
-            inc = sum(end - self.T[i] for i in mv.done) / B
-        elif objective == "ttft":
-            inc = sum(end - self.T[i] for i in mv.first) / B
+        elif goal.metric == "completion":
+            inc = sum((end - self.T[i]) * w[i] for i in mv.done)
+        elif goal.metric == "ttft":
+            inc = sum((end - self.T[i]) * w[i] for i in mv.first)
         else:
-            many = sum(1 for o in self.O if o > 1)
+            many = sum(1 for i in goal.members if self.O[i] > 1)
             rate = sum(1.0 / ((self.O[i] - 1) * many) for i, p in enumerate(label.state)
-                       if self.O[i] > 1 and 1 <= p.gen < self.O[i])
+                       if w[i] and self.O[i] > 1 and 1 <= p.gen < self.O[i])
             inc = mv.duration_s * rate
         return Label(label.cost + inc, end, mv.after, mv, label)
 
-    def _estimate(self, objective: str, label: Label, lim: Limits) -> float:
+    def _estimate(self, goal: Goal, label: Label, lim: Limits) -> float:
         """A consistent A* estimate of the cost still to come. Every batch takes >= ``least_batch_s``;
         request i needs >= ⌈fill left / min(C, P)⌉ batches to finish its (re)fill, then one per token
         left; all need >= tokens left / C, prefill tokens left / P and least KV area left / M batches.
         Each count falls by at most one per batch (and only for requests in the batch)."""
-        t, clock, B, cp = self.least_batch_s, label.clock_s, len(self.I), min(lim.C, lim.P)
+        t, clock, cp, w, objective = self.least_batch_s, label.clock_s, min(lim.C, lim.P), goal.weights, goal.metric
         left = [_Left(o - p.gen, p.inp - p.m if p.m < p.inp and p.gen < o else 0)
                 for p, o in zip(label.state, self.O)]
         fills = [-(-f // cp) for _, f in left]                 # batches to finish the current (re)fill
@@ -263,14 +342,15 @@ class Oracle:
             finish = max([clock + batches * t] + [max(clock, T) + n * t for n, T in zip(own, self.T) if n])
             return finish - max(clock, min(self.T))
         if objective == "completion":
-            return sum(max(clock, T) + n * t - T for n, T in zip(own, self.T) if n) / B
+            return sum((max(clock, T) + n * t - T) * wi for n, T, wi in zip(own, self.T, w) if n)
         if objective == "ttft":
-            return sum(max(clock, T) + k * t - T for k, T, p in zip(fills, self.T, label.state) if p.gen == 0) / B
-        many = sum(1 for o in self.O if o > 1)
-        return sum(min(g, o - 1) * t / ((o - 1) * many) for (g, _), o in zip(left, self.O) if o > 1)
+            return sum((max(clock, T) + k * t - T) * wi
+                       for k, T, p, wi in zip(fills, self.T, label.state, w) if p.gen == 0)
+        many = sum(1 for i in goal.members if self.O[i] > 1)
+        return sum(min(g, o - 1) * t / ((o - 1) * many) for (g, _), o, wi in zip(left, self.O, w) if o > 1 and wi)
 
     # --- the answer: schedule and its value, recomputed like infermax.metrics --------------------
-    def _result(self, objective: str, label: Label, num_labels: int) -> OracleResult:
+    def _result(self, goal: Goal, label: Label, num_labels: int) -> OracleResult:
         moves = []
         while label.move is not None:
             moves.append(label.move)
@@ -278,7 +358,8 @@ class Oracle:
         moves.reverse()
         # batches start when their requests have arrived; TPOT idles once, up front, instead
         lead_s, elapsed = 0.0, 0.0
-        if objective == "tpot" and not self.is_offline:
+        objective = goal.name
+        if goal.metric == "tpot" and not self.is_offline:
             for mv in moves:
                 lead_s = max(lead_s, mv.latest_arrival_s - elapsed)
                 elapsed += mv.duration_s
@@ -329,8 +410,28 @@ def _dominates(objective: str, a: Label, b: Label) -> bool:
     return a.clock_s <= b.clock_s and a.cost <= b.cost
 
 
+def _dominates_times(a: Label, a_times: tuple[float, ...], b: Label, b_times: tuple[float, ...]) -> bool:
+    """Whether ``a`` can idle to ``b``'s clock with every recorded event no later (same state: same
+    events recorded)."""
+    return a.clock_s <= b.clock_s and all(x <= y for x, y in zip(a_times, b_times) if x == x)
+
+
+def _percentile_value(goal: Goal, arrival_s: tuple[float, ...], times: tuple[float, ...]) -> float:
+    return float(np.percentile([times[i] - arrival_s[i] for i in goal.members], goal.percentile))
+
+
 def _value(objective: str, workload: Workload, first_s: np.ndarray, done_s: np.ndarray) -> float:
+    """The value of ``objective`` (``metric[:tag]``) from the event times, like ``infermax.metrics``."""
+    base, _, tag = objective.partition(":")
+    if tag:
+        keep = np.array([r.tag == tag for r in workload.requests])
+        sub = Workload(requests=tuple(r for r, k in zip(workload.requests, keep) if k))
+        return _value(base, sub, first_s[keep], done_s[keep])
+    objective = "completion" if objective == "e2e" else objective
     arrival, out_len = workload.arrivals_s, workload.output_lens
+    if objective in PERCENTILES:
+        metric, q = objective.split("_p")
+        return float(np.percentile((first_s if metric == "ttft" else done_s) - arrival, float(q)))
     latency = float(done_s.max() - arrival.min())
     if objective == "latency":
         return latency

@@ -11,8 +11,18 @@ returns the best value, which no valid schedule can beat. For the makespan
 - ``milp``: the dual bound of the exact MILP (`infermax.solve_optimal`) when the
   instance is small enough.
 
-For the means of TTFT, end-to-end latency (``completion``) and TPOT:
-``requests``, what each request takes alone (`requests`), and ``milp`` as above.
+For TTFT, end-to-end latency (``e2e``, alias ``completion``) and TPOT — means,
+percentiles (``ttft_p99``, ``e2e_p99``, also p50 and p90) and per request tag
+(``ttft:short``; see `objectives`):
+
+- ``requests``: what each request takes alone (`requests`);
+- ``order``: order statistics of first-token and completion times, the maximum of
+  own-time, fluid SRPT (release dates), windowed and batch-count bounds (`order`);
+  not for TPOT;
+- ``milp``: as above, for the untagged means.
+
+A per-tag bound is the bound of the tagged requests alone: dropping the other requests
+from every batch leaves a valid schedule whose batches are no slower (`requests`).
 
 KV in blocks (``Limits.block_size`` = b > 1): the relaxations count KV in tokens
 within M_b = b·(M // b). Every schedule valid in blocks holds Σ m <= Σ b·ceil(m/b)
@@ -35,21 +45,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from infermax.engine import resolve_inputs
 
 from .costs import coefficients_of
 from .lagrangian import lagrangian_bound
 from .lp import lp_bound
-from .requests import mean_bound
+from .objectives import ALL, BASES, Objective, members, parse_objective, subset
+from .order import event_bounds, quantile_of_sorted
+from .requests import request_bounds
 from .work import arrival_bound
 
 log = logging.getLogger(__name__)
 
-OBJECTIVES = ("latency", "throughput", "ttft", "completion", "tpot")
-METHODS = ("work", "lp", "lagrangian", "requests", "milp")
-#: methods for each objective (``milp`` only on small instances)
+OBJECTIVES = BASES
+METHODS = ("work", "lp", "lagrangian", "requests", "order", "milp")
+#: methods for each objective (``milp`` only on small instances and untagged means; any objective may
+#: carry a ``:tag``, see `objectives`)
 METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp"), "throughput": ("work", "lp", "lagrangian", "milp"),
-              "ttft": ("requests", "milp"), "completion": ("requests", "milp"), "tpot": ("requests", "milp")}
+              "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "milp"),
+              "completion": ("requests", "order", "milp"), "tpot": ("requests", "milp"),
+              **{q: ("requests", "order") for q in BASES if "_p" in q}}
 #: relative safety margin taken off every method's value (LP tolerances are ~1e-9; closed forms err ~1e-15)
 SAFETY = 1e-7
 
@@ -74,22 +91,33 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
                 progress: Callable[[str], None] | None = None) -> Bound:
     """The best certified bound on ``objective`` over the chosen ``methods`` (default: all that apply).
 
+    ``objective`` is ``metric[:tag]`` (`objectives`: latency, throughput, ttft, e2e, tpot,
+    ttft_p99, e2e_p99, ...). Every value returned is a lower bound (an upper bound for throughput)
+    on the objective of every valid schedule, for any linear cost model, online or offline, and
+    under floating point: each method's value is lowered by the relative margin :data:`SAFETY`.
+
     ``upper`` (a known achievable latency, e.g. a heuristic's) steers the Lagrangian step
     sizes; it never changes validity. The MILP runs only for workloads of at most
     ``milp_max_requests`` requests. Methods that do not apply to ``objective`` are skipped.
     """
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective {objective!r} has no bound; supported: {', '.join(OBJECTIVES)}")
-    methods = METHODS_OF[objective] if methods is None else tuple(methods)
+    obj = parse_objective(objective)
+    base = objective.partition(":")[0]
+    applicable = METHODS_OF[base] if obj.solver_name is not None else \
+        tuple(m for m in METHODS_OF[base] if m != "milp")
+    methods = applicable if methods is None else tuple(methods)
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown bound method(s) {sorted(unknown)}; use {', '.join(METHODS)}")
-    methods = tuple(m for m in methods if m in METHODS_OF[objective])
+    methods = tuple(m for m in methods if m in applicable)
     if not methods:
         raise ValueError(f"none of the bound methods given applies to objective {objective!r}; "
-                         f"use {', '.join(METHODS_OF[objective])}")
+                         f"use {', '.join(applicable)}")
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     workload.check_fits(limits)
+    chosen = subset(workload, members(workload, obj.tag))   # a tag: its requests alone (module docstring)
+    if obj.metric == "tpot" and int(chosen.output_lens.max()) <= 1:
+        raise ValueError(f"objective {objective!r} needs a request with output_len > 1 (TPOT is undefined "
+                         f"otherwise)")
     block_limits = limits           # the MILP models the blocks; the relaxations count tokens in M_b
     if limits.block_size > 1:
         limits = limits.replace(M=limits.num_blocks * limits.block_size, block_size=1)
@@ -97,13 +125,14 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
     values: dict[str, float] = {}
     certs: dict[str, dict] = {}
     walls: dict[str, float] = {}
-    minimised = "latency" if objective == "throughput" else objective
     runners = {
         "work": lambda: _safe(arrival_bound(co, workload, limits)),
         "lp": lambda: _safe(lp_bound(co, workload, limits)),
         "lagrangian": lambda: _safe(lagrangian_bound(co, workload, limits, upper=upper)),
-        "requests": lambda: _safe(mean_bound(co, workload, limits, minimised)),
-        "milp": lambda: _milp_bound(workload, block_limits, cost, minimised, milp_time_limit_s),
+        "requests": lambda: _safe(_requests_bound(co, chosen, limits, obj)),
+        "order": lambda: _safe(_order_bound(co, chosen, limits, obj)),
+        "milp": lambda: _milp_bound(workload, block_limits, cost, obj.solver_name if obj.metric != "throughput"
+                                    else "latency", milp_time_limit_s),
     }
     for name in methods:
         if name == "milp" and len(workload) > milp_max_requests:
@@ -123,11 +152,29 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
     if not values:
         raise ValueError(f"no bound method gave a bound for objective {objective!r} (tried {', '.join(methods)})")
     best = max(values, key=values.get)
-    if objective == "throughput":   # tokens/s over the latency bound: an upper bound on throughput
+    if obj.metric == "throughput":   # tokens/s over the latency bound: an upper bound on throughput
         tokens = float(workload.output_lens.sum())
         values = {k: tokens / v if v > 0 else math.inf for k, v in values.items()}
     return Bound(value=values[best], method=best, objective=objective, certificate=certs[best], values=values,
                  wall_s=walls)
+
+
+def _requests_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
+    """Each request alone (`requests`): the mean, or the quantile of the sorted per-request bounds."""
+    per = request_bounds(co, workload, limits)[f"{obj.metric}_s"]
+    if obj.metric == "tpot":
+        per = per[workload.output_lens > 1]
+    value = float(per.mean()) if obj.quantile is None else quantile_of_sorted(np.sort(per), obj.quantile)
+    return value, {"per_request_min_s": float(per.min()), "per_request_max_s": float(per.max()),
+                   "num_requests": int(per.size)}
+
+
+def _order_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
+    """Order statistics of the event times (`order`): the mean flow, or the quantile of the flows."""
+    b = event_bounds(co, workload, limits, obj.metric)
+    value = b.mean_flow_s if obj.quantile is None else quantile_of_sorted(b.flow_s, obj.quantile)
+    return value, {"num_requests": int(b.flow_s.size), "first_flow_s": float(b.flow_s[0]),
+                   "last_flow_s": float(b.flow_s[-1])}
 
 
 def _safe(result: tuple[float, dict]) -> tuple[float, dict]:
@@ -145,4 +192,4 @@ def _milp_bound(workload, limits, cost, objective: str, time_limit_s: float) -> 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)
 
-__all__ = ["Bound", "CheckResult", "check_scheduler", "lower_bound"]
+__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "lower_bound", "parse_objective"]

@@ -1,7 +1,12 @@
 """``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound).
 
-    infermax bound [--scheduler vllm,sarathi] [--workload SPEC] [--limits ...] [--cost ...] [--json] [-q]
+    infermax bound [--scheduler vllm,sarathi] [--objective ttft|e2e_p99|ttft:short|all|...] [--workload SPEC]
+                   [--limits ...] [--cost ...] [--json] [-q]
     infermax bound --schedule DIR/schedule.json [--scheduler LABEL] [...]
+
+``--objective`` takes one name or several, comma separated (latency, ttft, e2e, tpot, ttft_p99,
+e2e_p99, ..., each but latency and throughput optionally ``:TAG``); ``all`` is latency, ttft, e2e,
+tpot, ttft_p99 and e2e_p99: one row per scheduler and objective.
 
 With ``--schedule`` the workload, limits and cost are those stored with the schedule
 (``workload.json``, ``limits.json``, ``cost.json`` beside it, else its meta; see
@@ -48,8 +53,12 @@ def cmd_bound(args: argparse.Namespace) -> int:
     from infermax.engine import resolve_inputs
     from infermax.schedulers import get_scheduler, split_specs
 
+    from . import ALL, parse_objective
     from .check import check_scheduler
 
+    objectives = list(ALL) if args.objective == "all" else [o.strip() for o in args.objective.split(",")]
+    for objective in objectives:
+        parse_objective(objective)                # unknown names fail before any work
     schedule, workload, limits, cost, judged, notes = _inputs(args)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     if schedule is not None:
@@ -66,13 +75,15 @@ def cmd_bound(args: argparse.Namespace) -> int:
             print(f"note: {note}")
     results = []
     for name in names:
-        step, close = _progress(6 if not args.no_optimum else 5, not (args.json or args.quiet))
-        try:
-            results.append(check_scheduler(name, workload, limits, cost, schedule=schedule,
-                                           claimed_latency_s=args.claimed_latency, optimum=not args.no_optimum,
-                                           progress=step))
-        finally:
-            close()
+        for objective in objectives:
+            step, close = _progress(6 if not args.no_optimum else 5, not (args.json or args.quiet))
+            try:
+                results.append(check_scheduler(name, workload, limits, cost, objective=objective, schedule=schedule,
+                                               claimed_latency_s=args.claimed_latency,
+                                               claimed_value_s=args.claimed_value, optimum=not args.no_optimum,
+                                               progress=step))
+            finally:
+                close()
     exit_code = max(r.exit_code for r in results)
     if args.json:
         extra = {"judged_against": judged, "notes": notes} if judged is not None else {}
@@ -87,15 +98,23 @@ def cmd_bound(args: argparse.Namespace) -> int:
     valid = [r for r in results if r.exit_code != 2]
     if not valid:
         return exit_code
-    rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
-             "optimum_s": r.optimum_s if r.optimum_s is not None else float("nan"),
-             "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
+    if objectives == ["latency"]:
+        rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
+                 "optimum_s": r.optimum_s if r.optimum_s is not None else float("nan"),
+                 "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
+    else:
+        rows = [{"scheduler": r.scheduler, "objective": r.objective, "value": r.value_s, "bound": r.bound_s,
+                 "optimum": r.optimum_s if r.optimum_s is not None else float("nan"),
+                 "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
     print_table(rows, list(rows[0]))
     for r in valid:
-        prefix = f"{r.scheduler}: " if len(valid) > 1 else ""
-        print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} s" for k, v in r.bound_values.items()))
-    keys = ("scheduler", *SHOW) if len(valid) > 1 else SHOW
-    print_table([{"scheduler": r.scheduler, **r.metrics} for r in valid], keys)
+        prefix = f"{r.scheduler}: " if len(names) > 1 else ""
+        prefix += f"{r.objective} " if len(objectives) > 1 else ""
+        unit = "tokens/s" if r.objective == "throughput" else "s"
+        print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} {unit}" for k, v in r.bound_values.items()))
+    shown = list({r.scheduler: r for r in valid}.values())
+    keys = ("scheduler", *SHOW) if len(shown) > 1 else SHOW
+    print_table([{"scheduler": r.scheduler, **r.metrics} for r in shown], keys)
     return exit_code
 
 
@@ -111,7 +130,13 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cost", default=None, help="cost model name or JSON path (with --schedule: cost.json beside "
                    "it, else its meta)")
     p.add_argument("--schedule", help="judge this schedule JSON (made elsewhere) instead of simulating")
+    p.add_argument("--objective", default="latency",
+                   help="what to bound: latency (default), throughput, ttft, e2e, tpot, ttft_p99, e2e_p99 "
+                        "(also _p50, _p90), each but latency/throughput optionally as NAME:TAG (requests tagged "
+                        "TAG); several comma separated, or all")
     p.add_argument("--claimed-latency", type=float, help="the latency (s) the scheduler claims for itself")
+    p.add_argument("--claimed-value", type=float, help="the value of --objective the scheduler claims for itself "
+                   "(exit 3 if it beats the certified bound)")
     p.add_argument("--no-optimum", action="store_true", help="never run the exact MILP")
     p.add_argument("--json", action="store_true", help="one JSON object (for CI; several schedulers: "
                    "{exit_code, results: [...]})")

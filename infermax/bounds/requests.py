@@ -75,14 +75,3 @@ def request_bounds(co: Coefficients, workload: Workload, limits: Limits) -> dict
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(O > 1, later / np.maximum(O - 1, 1), np.nan)
     return {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot}
-
-
-def mean_bound(co: Coefficients, workload: Workload, limits: Limits, objective: str) -> tuple[float, dict]:
-    """The bound on the mean ``objective`` ("ttft", "completion" or "tpot") and its certificate."""
-    key = {"ttft": "ttft_s", "completion": "e2e_s", "tpot": "tpot_s"}[objective]
-    per = request_bounds(co, workload, limits)[key]
-    if np.all(np.isnan(per)):
-        raise ValueError("objective 'tpot' needs a request with output_len > 1 (TPOT is undefined otherwise)")
-    value = float(np.nanmean(per))
-    return value, {"per_request_min_s": float(np.nanmin(per)), "per_request_max_s": float(np.nanmax(per)),
-                   "num_requests": int(np.count_nonzero(~np.isnan(per)))}
