@@ -146,8 +146,11 @@ class ReplicaRunner:
         self.fast_forward = fast_forward
         self.not_before = 0.0
 
-    def step(self) -> bool:
-        """Run the next batch (True), or say that nothing can run now (False)."""
+    def step(self, extra: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None) -> bool:
+        """Run the next batch (True), or say that nothing can run now (False).
+
+        ``extra``: work of the cluster layer riding in this batch (``ServingState.apply``); such a
+        batch is never fast-forwarded."""
         state, sched, ids = self.state, self.sched, self.ids
         plan = sched.next_batch(state)
         if plan.idx.size == 0:
@@ -156,12 +159,12 @@ class ReplicaRunner:
                                           f"(batch {state.num_batches})")
             return False
         not_before = self.not_before
-        start, duration, record = state.apply(plan.idx, plan.tokens, plan.evict, not_before)
+        start, duration, record = state.apply(plan.idx, plan.tokens, plan.evict, not_before, extra)
         batch = Batch.trusted(ids[plan.idx], plan.tokens, ids[plan.evict] if plan.evict.size else _NO_IDS, not_before)
         self.out.add(batch)
         self.recorder.add(start, duration, record)
         self.not_before = 0.0
-        if self.fast_forward and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
+        if self.fast_forward and extra is None and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
             starts, durations, records = state.apply_decode_run(plan.idx, steps)
             self.out.add(Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0), int(starts.size))
             self.recorder.add_many(starts, durations, records)

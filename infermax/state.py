@@ -97,6 +97,15 @@ class ServingState:
         self.refill_tokens = np.zeros(n, dtype=np.int64)   # KV discarded by evictions, recomputed later
         self.num_suspensions = np.zeros(n, dtype=np.int64)  # a started (re)fill paused for >= 1 batch
         self._last_batch = np.full(n, -2, dtype=np.int64)
+        # the cluster layer (infermax.cluster): KV this replica holds for work it does not schedule itself
+        # (a gang's share of a long request, a suspended prefill's saved state) counts against M; requests
+        # may arrive holding KV (``receive``: a migrated decode) or leave after their first token
+        # (``hand_off``: disaggregated prefill), listed in ``handoffs`` for the engine to migrate
+        self.external_kv = 0
+        self.handoffs: list[int] = []
+        self._stop: np.ndarray | None = None         # per request: the gen at which it leaves this replica
+        self._received: dict[int, tuple[int, int]] = {}
+        self.serves: np.ndarray | None = None        # mask of the requests that may reach this replica (None: all)
         self.admit_arrivals()
 
     # --- queries --------------------------------------------------------------
@@ -145,6 +154,8 @@ class ServingState:
         order, k, n = self._arrival_order, self._next_arrival, self._num_queued
         while k < n and self._admit_s[order[k]] <= self.clock_s:
             self.status[order[k]] = WAITING
+            if self._received:
+                self._take_kv(int(order[k]))
             k += 1
         if k != self._next_arrival:
             self._next_arrival = k
@@ -161,6 +172,52 @@ class ServingState:
         Dispatches come in time order (the cluster engine's events); a request is
         dispatched once. It is admitted at once if the clock has reached ``time_s``.
         """
+        self._queue(i, time_s)
+
+    def receive(self, i: int, time_s: float, kv_tokens: int, generated: int) -> None:
+        """(``dispatched=True`` only) Request ``i`` arrives at ``time_s`` holding ``kv_tokens`` of KV with
+        ``generated`` tokens already produced elsewhere (a decode migrated after a disaggregated prefill).
+
+        At admission it is RUNNING in decode phase if its KV fits (M, block M, R_max) next to what
+        this replica holds; otherwise the KV is dropped on arrival and the request waits to recompute
+        it like an evicted one (counted in ``num_evictions`` and ``refill_tokens``).
+        """
+        if not 1 <= generated < int(self.output_lens[i]) or kv_tokens != int(self.input_lens[i]) + generated - 1:
+            raise ValueError(f"request {int(self.workload.ids[i])} received with {kv_tokens} KV tokens and "
+                             f"{generated} generated: needs 1 <= generated < output_len = "
+                             f"{int(self.output_lens[i])} and KV = input_len + generated - 1")
+        self._received[int(i)] = (int(kv_tokens), int(generated))
+        self._queue(i, time_s)
+
+    def hand_off(self, i: int) -> None:
+        """Request ``i`` leaves this replica after its first token (prefill here, decode elsewhere)."""
+        if self._stop is None:
+            self._stop = self.output_lens.copy()
+        self._stop[i] = min(1, int(self.output_lens[i]))
+
+    def _take_kv(self, i: int) -> None:
+        got = self._received.pop(i, None)
+        if got is None:
+            return
+        kv, gen = got
+        lim = self.limits
+        self.gen[i] = gen
+        fits = (self.kv_used + self.external_kv + kv <= lim.M and self.num_running < lim.max_running
+                and (self._block == 1 or self.blocks_used + int(lim.kv_blocks(kv + self.external_kv))
+                     <= lim.num_blocks))
+        if fits:
+            self.m[i] = kv
+            self.status[i] = RUNNING
+            self.kv_used += kv
+            if self._block > 1:
+                self.blocks_used += int(lim.kv_blocks(kv))
+            self.num_running += 1
+        else:                        # no room: the KV is dropped, the request recomputes it (an eviction)
+            self.inp[i] = kv + 1
+            self.num_evictions[i] += 1
+            self.refill_tokens[i] += kv
+
+    def _queue(self, i: int, time_s: float) -> None:
         if not self._dispatched:
             raise RuntimeError("dispatch() is for a ServingState made with dispatched=True")
         if self.status[i] != FUTURE or np.isfinite(self._admit_s[i]):
@@ -187,8 +244,13 @@ class ServingState:
 
     # --- the transition -------------------------------------------------------
     def apply(self, idx: np.ndarray, tokens: np.ndarray, evict: np.ndarray,
-              not_before_s: float = 0.0) -> tuple[float, float, tuple[int, ...]]:
+              not_before_s: float = 0.0, extra: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
+              ) -> tuple[float, float, tuple[int, ...]]:
         """Run one batch: evict ``evict``, then process ``tokens[k]`` for request ``idx[k]``.
+
+        ``extra`` = (tokens, cached, is_decode) of work riding in the same batch that this state
+        does not track (a colocated long decode's share, infermax.cluster): it is timed with the
+        batch and nothing else.
 
         Returns (start_s, duration_s, record) where record is
         (num_requests, num_tokens, num_prefill_tokens, num_decode, kv_tokens,
@@ -268,19 +330,24 @@ class ServingState:
             raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
         kv = self.kv_used + num_tokens
         running = self.num_running + num_new
-        if kv > lim.M:
-            raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens > M = {lim.M}")
+        if kv + self.external_kv > lim.M:
+            held = f" (+ {self.external_kv} held for work scheduled elsewhere)" if self.external_kv else ""
+            raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{held} > M = {lim.M}")
         blocks = 0
         if self._block > 1:
             blocks = self.blocks_used + int((lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)).sum())
-            if blocks > lim.num_blocks:
+            if blocks + (int(lim.kv_blocks(self.external_kv)) if self.external_kv else 0) > lim.num_blocks:
                 raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks} blocks of block_size = "
                                     f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
                                     f"({kv} tokens, M = {lim.M})")
         if running > lim.max_running:
             raise ScheduleError(j, "R_max", f"{running} running requests > R_max = {lim.R_max}")
         # 4. time
-        duration = self.cost.batch_time(tokens, m0, is_decode)
+        if extra is None:
+            duration = self.cost.batch_time(tokens, m0, is_decode)
+        else:
+            duration = self.cost.batch_time(np.concatenate((tokens, extra[0])), np.concatenate((m0, extra[1])),
+                                            np.concatenate((is_decode, extra[2])))
         end = start + duration
         # 5. commit progress
         if num_new:
@@ -307,7 +374,12 @@ class ServingState:
             if first.size:
                 self.first_token_s[first] = end
         self._last_batch[idx] = j
-        fin = g_idx[g == self.output_lens[g_idx]]
+        if self._stop is None:
+            fin = g_idx[g == self.output_lens[g_idx]]
+        else:
+            fin = g_idx[g == self._stop[g_idx]]
+            if fin.size:
+                self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
         self.kv_used = kv
         self.blocks_used = blocks
         self.num_running = running
@@ -341,7 +413,8 @@ class ServingState:
         m0 = self.m[idx]
         if (self.status[idx] != RUNNING).any() or (m0 < self.inp[idx]).any():
             raise ScheduleError(j, "decode-run", "a decode run may hold only running decode-phase requests")
-        if int((self.output_lens[idx] - self.gen[idx]).min()) <= num_steps:
+        stop = self.output_lens if self._stop is None else self._stop
+        if int((stop[idx] - self.gen[idx]).min()) <= num_steps:
             raise ScheduleError(j, "decode-run", f"a {num_steps}-step decode run would complete a request")
         durations = self.cost.decode_run_times(m0, num_steps)
         starts = np.cumsum(np.concatenate(([self.clock_s], durations)))
@@ -352,8 +425,8 @@ class ServingState:
             return starts[:0], durations[:0], np.zeros((0, 7), dtype=np.int64)
         kv = self.kv_used + n * np.arange(1, num_steps + 1, dtype=np.int64)
         blocks, bad_step = self._blocks_after_decodes(m0, num_steps) if self._block > 1 else (0, None)
-        if int(kv[-1]) > self.limits.M:
-            s = int(np.argmax(kv > self.limits.M))
+        if int(kv[-1]) + self.external_kv > self.limits.M:
+            s = int(np.argmax(kv + self.external_kv > self.limits.M))
             if bad_step is None or s <= bad_step:    # the step that breaks a rule first, as apply would
                 raise ScheduleError(j + s, "M", f"KV cache would hold {int(kv[s])} tokens > M = {self.limits.M}")
         if bad_step is not None:

@@ -65,7 +65,9 @@ def pecsched_trace(source: str = "splitwise_conv", n: int | None = 2000, pct: fl
     reqs = tuple(Request(id=i, input_len=int(ins[i]), output_len=int(base.output_lens[i]),
                          arrival_s=float(base.arrivals_s[i]), tag="long" if long[i] else "short")
                  for i in range(len(base)))
-    return Workload(requests=reqs, name=f"pecsched:{source},n={len(base)},pct={pct:g},seed={seed}")
+    extra = "".join(f",{k}={v:g}" for k, v, d in (("lo", lo, 100_000), ("hi", hi, 500_000),
+                                                     ("time_scale", time_scale, 1.0)) if v != d)
+    return Workload(requests=reqs, name=f"pecsched:{source},n={len(base)},pct={pct:g},seed={seed}{extra}")
 
 
 def medha_mix(B: int, long_frac: float = 0.05, lo: int = 128_000, hi: int = 1_000_000,

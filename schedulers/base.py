@@ -77,5 +77,21 @@ class Scheduler(ABC):
         of pure-decode batches. 0 (the default) means "ask me every batch"."""
         return 0
 
+    def set_kv_budget(self, state: "ServingState", held_tokens: int) -> None:
+        """The cluster layer holds ``held_tokens`` of this replica's KV for work scheduled elsewhere.
+
+        Schedulers that can run on such a replica (the GetNextBatch framework's) shrink their KV
+        budget; the default refuses, naming the scheduler."""
+        if held_tokens:
+            raise ValueError(f"scheduler {self.name!r} cannot share a replica's KV with a gang (a long "
+                             f"request sharded over several replicas); use a GetNextBatch scheduler such as vllm")
+
+    def set_token_budget(self, state: "ServingState", tokens: int | None) -> None:
+        """Cap the tokens of the next batches (the cluster layer's colocation threshold); the default
+        refuses, naming the scheduler."""
+        if tokens is not None:
+            raise ValueError(f"scheduler {self.name!r} cannot cap its batches for colocation with a long "
+                             f"decode; use a GetNextBatch scheduler such as sarathi")
+
     def describe(self) -> dict:
         return {"name": self.name}

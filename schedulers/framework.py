@@ -185,7 +185,7 @@ class GetNextBatch(Scheduler):
                               active=not (p.eviction_free or p.lookahead), block=self._bs)
         if not p.chunked:
             cap = self._cap
-            too_long = np.flatnonzero(state.input_lens > cap)
+            too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
             if too_long.size:
                 i = int(too_long[0])
                 raise ValueError(f"scheduler {self.name!r} has no chunked prefill, but request "
@@ -258,6 +258,22 @@ class GetNextBatch(Scheduler):
                 break
         self._future_refusal = b.future_refusal
         return b.plan()
+
+    def set_kv_budget(self, state: ServingState, held_tokens: int) -> None:
+        """The cluster layer holds ``held_tokens`` of this replica's KV for work scheduled elsewhere
+        (a gang's share of a long request): the budget this scheduler admits into shrinks by it."""
+        lim = state.limits
+        self._blocks = lim.num_blocks - (int(lim.kv_blocks(held_tokens)) if held_tokens else 0)
+        self._pins.M = self._blocks
+        self._version = -1
+
+    def set_token_budget(self, state: ServingState, tokens: int | None) -> None:
+        """Cap the tokens of the next batches at ``tokens`` (None: the scheduler's own C and P again) —
+        the cluster layer's colocation threshold (pecsched.txt §5.2)."""
+        p, lim = self.policy, state.limits
+        C = min(p.C, lim.C) if p.C is not None else lim.C
+        P = min(p.P, lim.P) if p.P is not None else lim.P
+        self._C, self._P = (C, P) if tokens is None else (min(C, tokens), min(P, tokens))
 
     def repeat_horizon(self, state: ServingState, plan: Plan) -> int:
         """After a pure-decode batch of *every* running request with no status change, the

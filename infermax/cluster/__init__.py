@@ -1,5 +1,9 @@
-"""Many replicas: the cluster spec (nodes, GPUs, links), placement rules, fast SP, and the cluster engine."""
+"""Many replicas: the cluster spec (nodes, GPUs, links), placement rules, fast SP, gangs, the cluster
+engine and its policies, the cluster schedule and its judge."""
 from .engine import POLICIES, ClusterEngine, ClusterResult, simulate_cluster
+from .policies import ClusterPolicy, get_policy
+from .schedule import ClusterSchedule
 from .spec import Cluster, Replica
 
-__all__ = ["POLICIES", "Cluster", "ClusterEngine", "ClusterResult", "Replica", "simulate_cluster"]
+__all__ = ["POLICIES", "Cluster", "ClusterEngine", "ClusterPolicy", "ClusterResult", "ClusterSchedule", "Replica",
+           "get_policy", "simulate_cluster"]

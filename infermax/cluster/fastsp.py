@@ -17,7 +17,12 @@ when TP > 1) and its per-GPU computation:
   replica costs exactly what the replica costs.
 
 ``ring_only`` prices ring attention across every replica of the gang, each
-replica keeping its TP (LoongServe's and the ``pecsched-fsp`` ablation's SP).
+replica keeping its TP (the SP of §6.2's baselines and of the ``pecsched-fsp``
+ablation). Plain ring attention over a causal mask is unbalanced: with the
+sequence cut into h contiguous shards, the last shard's queries attend to all h
+KV shards, so the ring's slowest member does (2h − 1)/h times the balanced share
+of attention; fast SP's hybrid inside a node balances it (the Megatron/Ulysses
+all-to-all redistributes heads, not sequence positions).
 """
 from __future__ import annotations
 
@@ -54,11 +59,12 @@ class SpPlan:
         return self.compute_s + self.intra_comm_s + self.ring_exposed_s
 
 
-def _layer_flops(attn: str, num_tokens: float, gpus: int, m, tp: int, g: int) -> float:
-    """FLOPs per GPU per layer: §5.3's projections, causal attention balanced over the gang's GPUs."""
+def _layer_flops(attn: str, num_tokens: float, gpus: int, m, tp: int, g: int, imbalance: float = 1.0) -> float:
+    """FLOPs per GPU per layer: §5.3's projections, causal attention over the gang's GPUs (balanced,
+    or ``imbalance`` times the balanced share on the busiest GPU)."""
     d, qkv, s = m.hidden_size, (m.num_heads + m.num_kv_heads) * m.head_dim, num_tokens / gpus
     proj = 2 * s * d * qkv / tp if attn == "megatron" else 2 * s * d * qkv
-    return proj + 2 * num_tokens * num_tokens * d / gpus + 2 * s * d * d + 16 * s * d * d
+    return proj + imbalance * 2 * num_tokens * num_tokens * d / gpus + 2 * s * d * d + 16 * s * d * d
 
 
 def _intra_volume(attn: str, mlp: str, s: float, m, tp: int, g: int) -> float:
@@ -104,7 +110,7 @@ def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring
     plans = []
     for attn, mlp in combos:
         if ring_only:     # every replica keeps its TP (Megatron inside the replica)
-            flops = _layer_flops("megatron", n, total_gpus, m, tp, tp)
+            flops = _layer_flops("megatron", n, total_gpus, m, tp, tp, (2 * len(gang) - 1) / len(gang))
             volume, links = _intra_volume("megatron", "megatron", n / total_gpus, m, tp, tp), tp
         else:
             flops = _layer_flops(attn, n, total_gpus, m, tp, g)

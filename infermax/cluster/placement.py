@@ -71,6 +71,30 @@ def choose_gang(cluster: Cluster, k: int, queue_tokens: np.ndarray, eligible: np
     return None      # unreachable: enough eligible replicas were counted above
 
 
+def choose_elastic_gang(cluster: Cluster, k_min: int, k_max: int, queue_tokens: np.ndarray,
+                        eligible: np.ndarray) -> tuple[int, ...] | None:
+    """Between ``k_min`` (what the KV needs) and ``k_max`` eligible replicas of one node — as many as
+    the node offers, the node offering most first, then the least total queue — else ``k_min``
+    replicas over the fewest nodes (:func:`choose_gang`)."""
+    if not 1 <= k_min <= k_max:
+        raise ValueError(f"gang sizes need 1 <= k_min <= k_max, got {k_min}, {k_max}")
+    by_node: dict[int, list[int]] = {}
+    for r in np.flatnonzero(eligible):
+        by_node.setdefault(cluster.replicas[int(r)].node, []).append(int(r))
+    best = None
+    for node, reps in by_node.items():
+        if len(reps) < k_min:
+            continue
+        reps.sort(key=lambda r: (queue_tokens[r], r))
+        take = reps[:k_max]
+        key = (-len(take), sum(int(queue_tokens[r]) for r in take), node)
+        if best is None or key < best[0]:
+            best = (key, take)
+    if best is not None:
+        return tuple(sorted(best[1]))
+    return choose_gang(cluster, k_min, queue_tokens, eligible)
+
+
 def reservation_split(cluster: Cluster, longest_input: int) -> tuple[np.ndarray, np.ndarray]:
     """(long-only, short-only) replica masks: the last replicas, enough to hold ``longest_input``."""
     k = replicas_needed(cluster, longest_input)

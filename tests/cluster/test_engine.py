@@ -32,15 +32,19 @@ def test_a_one_replica_cluster_is_the_simulator_bit_for_bit(spec, limits, schedu
 @pytest.fixture(scope="module")
 def runs():
     w = Workload.from_spec("pecsched:splitwise_conv,n=160,hi=300000")
-    return w, {p: simulate_cluster(w, FOUR, p, "vllm") for p in ("fifo", "reservation", "priority")}
+    return w, {p: simulate_cluster(w, FOUR, p, "vllm", sp_replicas=2) for p in ("fifo", "reservation", "priority")}
 
 
 @pytest.mark.parametrize("policy", ["fifo", "reservation", "priority"])
 def test_every_replica_schedule_replays_on_what_was_dispatched_to_it(runs, policy):
     w, res = runs[0], runs[1][policy]
     assert (res.replica_of >= 0).all() and np.isfinite(res.trace.requests["completion_s"]).all()
+    on_gang = np.zeros(len(w), dtype=bool)
+    on_gang[[g.request for g in res.gangs]] = True
+    assert on_gang.sum() == sum(r.tag == "long" for r in w.requests)     # every long request ran on a gang
+    assert all(1 <= len(g.members) <= 2 for g in res.gangs)
     for r, schedule in enumerate(res.schedules):
-        mine = np.flatnonzero(res.replica_of == r)
+        mine = np.flatnonzero((res.replica_of == r) & ~on_gang)
         if mine.size == 0:
             assert not schedule.batches
             continue
@@ -60,7 +64,7 @@ def test_each_policy_keeps_its_rule(runs):
     order = np.argsort(w.arrivals_s, kind="stable")
     assert (np.diff(fifo.dispatch_s[order]) >= 0).all()                 # FIFO never reorders
     rsv = res["reservation"]
-    reserved = {int(r) for r in np.unique(rsv.replica_of[long])}
+    reserved = {r for g in rsv.gangs for r in g.members}
     assert reserved and reserved.isdisjoint(np.unique(rsv.replica_of[~long]).tolist())
     pri = res["priority"]
     for i in np.flatnonzero(long):                                       # no long one overtakes a waiting short one

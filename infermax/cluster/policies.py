@@ -1,0 +1,75 @@
+"""The cluster policies by name, as flags the engine reads (pecsched.txt §3.2, §5, §6.2, §6.4).
+
+Every policy serves long requests (tag ``long``) on a gang of replicas running
+sequence parallelism, as §6.2 does for every method; they differ in what may
+interrupt the gang and where short requests decode:
+
+=================  ==========  =============  ===========  =======  ================================
+policy             preempts    disaggregates  colocates    fast SP  global queue
+                   long        short decode   long decode
+                   prefill
+=================  ==========  =============  ===========  =======  ================================
+fifo               no          no             no           ring     first come, first served
+reservation        no          no             no           ring     long on reserved replicas only
+priority           no          no             no           ring     short first (long may starve)
+pecsched           yes         yes            yes          yes      short first; §5 placement
+pecsched-pe        **no**      yes            yes          yes      (ablation /PE)
+pecsched-dis       yes         **no**         yes          yes      (ablation /Dis)
+pecsched-col       yes         yes            **no**       yes      (ablation /CoL: shorts preempt
+                                                                    long decode too)
+pecsched-fsp       yes         yes            yes          **ring** (ablation /FSP)
+=================  ==========  =============  ===========  =======  ================================
+
+``pecsched-fifo``, ``pecsched-reservation`` and ``pecsched-priority`` name the
+three baselines as the PecSched paper does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterPolicy:
+    """What a cluster policy does; see the module table."""
+
+    name: str
+    queue: str                 # "fifo", "reservation", "priority" or "pecsched"
+    preempt_prefill: bool = False
+    disaggregate: bool = False
+    colocate: bool = False
+    fast_sp: bool = False
+
+    @property
+    def exclusive(self) -> bool:
+        """A gang's replicas take no other work from its formation to its request's completion."""
+        return self.queue != "pecsched"
+
+
+_POLICIES = {
+    "fifo": ClusterPolicy("fifo", "fifo"),
+    "reservation": ClusterPolicy("reservation", "reservation"),
+    "priority": ClusterPolicy("priority", "priority"),
+    "pecsched": ClusterPolicy("pecsched", "pecsched", True, True, True, True),
+    "pecsched-pe": ClusterPolicy("pecsched-pe", "pecsched", False, True, True, True),
+    "pecsched-dis": ClusterPolicy("pecsched-dis", "pecsched", True, False, True, True),
+    "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
+    "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
+}
+_ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
+POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
+
+# pecsched.txt §6.2: replicas dedicated to short-request decode, per model
+DECODE_REPLICAS = {"mistral-7b-v0.3": 4, "phi3-14b": 4, "yi-34b": 1, "llama3.1-70b": 1}
+
+
+def get_policy(name: "str | ClusterPolicy") -> ClusterPolicy:
+    """The policy called ``name`` (or its PecSched-paper alias); a clear error otherwise."""
+    if isinstance(name, ClusterPolicy):
+        return name
+    key = _ALIASES.get(str(name), str(name))
+    if key not in _POLICIES:
+        from difflib import get_close_matches
+        near = get_close_matches(str(name), POLICIES, n=1)
+        hint = f" (did you mean {near[0]}?)" if near else ""
+        raise ValueError(f"unknown cluster policy {name!r}{hint}; known: {', '.join(POLICIES)}")
+    return _POLICIES[key]

@@ -1,0 +1,99 @@
+"""The cluster schedule: what a cluster run did, as one JSON document that the judge replays.
+
+A :class:`ClusterSchedule` holds
+
+- ``replicas``: per replica, its :class:`~infermax.types.Schedule` (the batches
+  its local scheduler ran, with ``not_before_s`` wherever the replica waited —
+  for a dispatch, or for a gang it belongs to);
+- ``events``: per replica, what the engine told it between batches, each as
+  ``[before_batch, time_s, kind, request_id, *args]`` with ``kind`` one of
+  ``dispatch`` (the request joins its local queue at ``time_s``), ``hand_off``
+  (it leaves after its first token: disaggregated prefill), ``receive`` (it
+  arrives holding ``kv_tokens, generated``: a migrated decode) and ``hold``
+  (request -1; the KV tokens the replica now holds for gangs: shares and saved
+  suspension state);
+- ``gangs``: per long request, its members, KV share, prefill price (``prefill_s``
+  over ``units`` kernel boundaries, ``switch_s`` to resume) and its steps in
+  order: prefill segments ``{"phase": "prefill", "start_s", "end_s", "units":
+  [from, to], "switch_s", "suspended"}`` and decode steps ``{"phase": "decode",
+  "start_s", "end_s", "gen", "shares", "colocated": [[replica, batch], ...]}``;
+- ``migrations``: ``{"request", "src", "dst", "sent_s", "arrive_s", "bytes"}``.
+
+Request references are workload ids. ``meta`` names the cluster (its spec
+string), the policy, the workload, the limits, the cost model and the engine's
+options.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from infermax.types import Schedule
+
+FORMAT = "infermax.cluster-schedule/1"
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterSchedule:
+    """A cluster run's schedule (see the module docstring for its parts)."""
+
+    meta: dict[str, Any]
+    replicas: tuple[Schedule, ...]
+    events: tuple[tuple[tuple, ...], ...]
+    gangs: tuple[dict, ...]
+    migrations: tuple[dict, ...]
+
+    @classmethod
+    def from_result(cls, result: Any) -> "ClusterSchedule":
+        """The schedule of a :class:`~infermax.cluster.engine.ClusterResult`."""
+        ids = result.trace.requests["id"]
+        events = tuple(tuple((int(b), float(t), k, int(ids[i]) if i >= 0 else -1, *map(int, a))
+                             for b, t, k, i, *a in ev) for ev in result.events)
+        gangs = tuple({"request": int(ids[g.request]), "members": list(g.members), "share_tokens": g.share_tokens,
+                       "input_len": g.input_len, "output_len": g.output_len, "prefill_s": g.prefill_s,
+                       "units": g.units, "switch_s": g.switch_s, "sp_plan": g.sp_plan,
+                       "steps": [dict(s) for s in g.steps]} for g in result.gangs)
+        migrations = tuple(dict(m, request=int(ids[m["request"]])) for m in result.migrations)
+        meta = {"cluster": result.cluster.to_spec(), "policy": result.policy, "options": dict(result.options),
+                **{k: v for k, v in result.schedules[0].meta.items() if k not in ("replica",)}}
+        return cls(meta=meta, replicas=result.schedules, events=events, gangs=gangs, migrations=migrations)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "meta": self.meta,
+                "replicas": [s.to_dict() for s in self.replicas],
+                "events": [[list(e) for e in ev] for ev in self.events],
+                "gangs": [dict(g, steps=[_plain(s) for s in g["steps"]]) for g in self.gangs],
+                "migrations": list(self.migrations)}
+
+    def to_json(self, path: "str | Path | None" = None) -> str:
+        text = json.dumps(self.to_dict())
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> "ClusterSchedule":
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise ValueError(f"not a cluster schedule: format must be {FORMAT!r}, got {got!r}")
+        for key in ("meta", "replicas", "events", "gangs", "migrations"):
+            if key not in doc:
+                raise ValueError(f"cluster schedule: missing field {key!r}")
+        if len(doc["events"]) != len(doc["replicas"]):
+            raise ValueError(f"cluster schedule: {len(doc['events'])} event lists for {len(doc['replicas'])} replicas")
+        return cls(meta=dict(doc["meta"]), replicas=tuple(Schedule.from_dict(s) for s in doc["replicas"]),
+                   events=tuple(tuple(tuple(e) for e in ev) for ev in doc["events"]),
+                   gangs=tuple(dict(g) for g in doc["gangs"]), migrations=tuple(dict(m) for m in doc["migrations"]))
+
+    @classmethod
+    def from_json(cls, text_or_path: "str | Path") -> "ClusterSchedule":
+        text = str(text_or_path)
+        if not text.lstrip().startswith("{"):
+            text = Path(text).read_text()
+        return cls.from_dict(json.loads(text))
+
+
+def _plain(step: dict) -> dict:
+    return {k: ([list(x) for x in v] if k == "colocated" else v) for k, v in step.items()}
