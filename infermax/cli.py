@@ -4,6 +4,7 @@
                       [--limits M=100000,C=4096] [--cost default] [--out DIR] [--json] [-q]
     infermax schedulers [--json]
     infermax replay DIR/schedule.json [--workload SPEC] [--limits ...] [--cost ...] [--json]
+                    (a cluster schedule is judged by infermax.cluster.judge; its meta holds the limits)
 
 Further commands (``solve``, ``bound``, ``profile``, ``costmodel``, ...) are added
 by their packages through ``add_subcommands(subparsers)``. Every command takes
@@ -218,6 +219,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
     from .state import ScheduleError
 
+    if _is_cluster_schedule(args.schedule):
+        return _replay_cluster(args)
     schedule = load_schedule(args.schedule)
     workload, limits, cost, judged, notes = schedule_inputs(args.schedule, schedule, args.workload, args.limits,
                                                             args.cost)
@@ -238,6 +241,45 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(dumps_json({**result, "judged_against": judged, "notes": notes}))
     else:
         print(f"valid schedule: {len(schedule)} batches")
+        print_table([result], SUMMARY_KEYS)
+    return 0
+
+
+def _is_cluster_schedule(path: str) -> bool:
+    from .cluster.schedule import FORMAT
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False              # load_schedule reports it
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
+def _replay_cluster(args: argparse.Namespace) -> int:
+    """``replay`` of a cluster schedule (infermax.cluster.judge): the workload from --workload or its meta."""
+    from .cluster.judge import ClusterScheduleError, replay_cluster
+    from .cluster.schedule import ClusterSchedule
+
+    if args.limits:
+        raise ValueError("--limits does not apply to a cluster schedule: its meta holds the replicas' limits")
+    schedule = ClusterSchedule.from_json(Path(args.schedule))
+    workload = args.workload or schedule.meta.get("workload")
+    if not workload:
+        raise ValueError("the cluster schedule's meta names no workload; pass --workload")
+    try:
+        out = replay_cluster(schedule, workload, args.cost)
+    except ClusterScheduleError as exc:
+        if args.json:
+            print(dumps_json({"valid": False, "rule": exc.rule, "error": str(exc), "type": type(exc).__name__}))
+        print(f"infermax: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    result = {"valid": True, "num_replicas": len(schedule.replicas), "num_gangs": len(schedule.gangs),
+              "num_migrations": out.num_migrations, "num_gang_suspensions": out.num_suspensions, **out.metrics()}
+    if args.json:
+        print(dumps_json(result))
+    else:
+        print(f"valid cluster schedule: {len(schedule.replicas)} replicas, "
+              f"{sum(len(s) for s in schedule.replicas)} batches, {len(schedule.gangs)} gangs, "
+              f"{out.num_migrations} migrations, {out.num_suspensions} suspensions")
         print_table([result], SUMMARY_KEYS)
     return 0
 
