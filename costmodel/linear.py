@@ -216,6 +216,8 @@ class LinearCostModel(CostModel):
         n = int(kv_before.size)
         base = max(a + b * float(n) for a, b in lines) + req * float(n)
         first = int(kv_before.sum()) + n                # Σ (kv_before + 1): KV read by the first step
+        if num_steps <= 32:     # a short run: Python floats (the same IEEE operations) cost less than NumPy calls
+            return np.array([base + (d_bias + d_kv * kv) for kv in range(first, first + n * num_steps, n)])
         kv_sum = np.arange(first, first + n * num_steps, n, dtype=np.int64)
         return base + (d_bias + d_kv * kv_sum.astype(np.float64))
 

@@ -17,6 +17,8 @@ takes whole blocks, Σ ceil(m / block_size) <= M // block_size (rule ``M-blocks`
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
@@ -43,9 +45,9 @@ class DecodeSegment(NamedTuple):
 
     idx: np.ndarray
     num_batches: int
-    starts_s: np.ndarray
-    durations_s: np.ndarray
-    kv_tokens: np.ndarray
+    starts_s: list[float]
+    durations_s: list[float]
+    kv_tokens: range
     num_running: int
 
 
@@ -393,20 +395,18 @@ class ServingState:
         before the last, stopping before the first that would start at or after ``next_arrival_s``."""
         j = self.num_batches
         n = int(idx.size)
-        starts = np.empty(num_steps + 1)
-        starts[0] = self.clock_s
-        starts[1:] = durations = self.cost.decode_run_times(m0, num_steps)
-        starts.cumsum(out=starts)             # one addition after another, as batch after batch
+        durations = self.cost.decode_run_times(m0, num_steps).tolist()
+        starts = list(accumulate(durations, initial=self.clock_s))   # one addition after another, as apply
         if next_arrival_s is not None:
-            num_steps = min(num_steps, int(starts[:num_steps].searchsorted(next_arrival_s, "left")))
+            num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
         if num_steps <= 0:
             return None
-        kv = np.arange(self.kv_used + n, self.kv_used + n * num_steps + 1, n)   # held during each batch
+        kv = range(self.kv_used + n, self.kv_used + n * num_steps + 1, n)   # held during each batch
         blocks, bad_step = self._blocks_after_decodes(m0, num_steps) if self._block > 1 else (0, None)
-        if int(kv[-1]) > self.limits.M:
-            s = int(np.argmax(kv > self.limits.M))
+        if kv[-1] > self.limits.M:
+            s = max(0, (self.limits.M - self.kv_used) // n)     # the first batch over M
             if bad_step is None or s <= bad_step:    # the step that breaks a rule first, as apply would
-                raise ScheduleError(j + s, "M", f"KV cache would hold {int(kv[s])} tokens > M = {self.limits.M}")
+                raise ScheduleError(j + s, "M", f"KV cache would hold {kv[s]} tokens > M = {self.limits.M}")
         if bad_step is not None:
             lim = self.limits
             held = int(self.blocks_used + (lim.kv_blocks(m0 + bad_step + 1) - lim.kv_blocks(m0)).sum())
@@ -419,8 +419,8 @@ class ServingState:
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
         self._last_batch[idx] = j + num_steps - 1
-        self.kv_used = int(kv[-1])
-        self.clock_s = float(starts[num_steps])
+        self.kv_used = kv[-1]
+        self.clock_s = starts[num_steps]
         self.num_batches = j + num_steps
         return DecodeSegment(idx, num_steps, starts[:num_steps], durations[:num_steps], kv, self.num_running)
 

@@ -95,10 +95,10 @@ class TraceRecorder:
 
     def add_decode_segment(self, segment: DecodeSegment) -> None:
         """The batches of a fast-forwarded decode run (:meth:`ServingState.apply_decode_run`)."""
-        self._starts.extend(segment.starts_s.tolist())
-        self._durations.extend(segment.durations_s.tolist())
+        self._starts.extend(segment.starts_s)
+        self._durations.extend(segment.durations_s)
         n, running, records = int(segment.idx.size), segment.num_running, self._records
-        for kv in segment.kv_tokens.tolist():
+        for kv in segment.kv_tokens:
             records.extend((n, n, 0, n, kv, running, 0))
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
