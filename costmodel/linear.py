@@ -194,10 +194,11 @@ class LinearCostModel(CostModel):
         lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
         num_tokens = float(tokens.sum())
         t = max(a + b * num_tokens for a, b in lines) + req * float(tokens.size)
-        kv = kv_before + tokens
         num_decode = int(np.count_nonzero(is_decode))
-        if num_decode:
-            t += d_bias + d_kv * float(kv[is_decode].sum())
+        if num_decode == tokens.size:
+            t += d_bias + d_kv * float((kv_before + tokens).sum())
+        elif num_decode:
+            t += d_bias + d_kv * float((kv_before + tokens)[is_decode].sum())
         if num_decode < tokens.size:
             pf = ~is_decode
             c = tokens[pf]
@@ -214,7 +215,10 @@ class LinearCostModel(CostModel):
         lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
         n = int(kv_before.size)
         base = max(a + b * float(n) for a, b in lines) + req * float(n)
-        kv_sum = int((kv_before + 1).sum()) + n * np.arange(num_steps, dtype=np.int64)
+        first = int(kv_before.sum()) + n                # Σ (kv_before + 1): KV read by the first step
+        if num_steps <= 32:     # a short run: Python floats (the same IEEE operations) cost less than NumPy calls
+            return np.array([base + (d_bias + d_kv * kv) for kv in range(first, first + n * num_steps, n)])
+        kv_sum = np.arange(first, first + n * num_steps, n, dtype=np.int64)
         return base + (d_bias + d_kv * kv_sum.astype(np.float64))
 
     def describe(self) -> dict[str, Any]:

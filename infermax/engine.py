@@ -97,9 +97,9 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     """Run ``scheduler`` on ``workload`` under ``limits``, timing batches with ``cost``.
 
     ``progress(done, total)`` is called every 256 batches (the CLI draws a bar).
-    ``fast_forward`` applies runs of identical decode batches at once when the
-    scheduler promises them (``Scheduler.repeat_horizon``); the result is the
-    same schedule and trace, bit for bit, only faster.
+    ``fast_forward`` applies runs of decode batches at once when the scheduler
+    promises them (``Scheduler.decode_run``), through the completions of their
+    requests; the result is the same schedule and trace, bit for bit, only faster.
     ``schedule_path``: stream the schedule to this JSON file as it is built (the
     same bytes ``Schedule.to_json`` writes) instead of keeping a Batch per batch in
     memory — for traces of millions of requests; the result's ``schedule`` is then
@@ -145,6 +145,14 @@ class ReplicaRunner:
         self.state, self.sched, self.out, self.recorder, self.ids = state, sched, out, recorder, ids
         self.fast_forward = fast_forward
         self.not_before = 0.0
+        self._ones = np.ones(0, dtype=np.int64)
+
+    def _decode_tokens(self, n: int) -> np.ndarray:
+        """The tokens of a decode batch of ``n`` requests: ``n`` ones, read-only, sliced from one array."""
+        if self._ones.size < n:
+            self._ones = np.ones(max(n, 2 * self._ones.size, 256), dtype=np.int64)
+            self._ones.setflags(write=False)
+        return self._ones[:n]
 
     def step(self, extra: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None) -> bool:
         """Run the next batch (True), or say that nothing can run now (False).
@@ -164,10 +172,13 @@ class ReplicaRunner:
         self.out.add(batch)
         self.recorder.add(start, duration, record)
         self.not_before = 0.0
-        if self.fast_forward and extra is None and record[3] == record[0] and (steps := sched.repeat_horizon(state, plan)) > 0:
-            starts, durations, records = state.apply_decode_run(plan.idx, steps)
-            self.out.add(Batch.trusted(batch.ids, batch.tokens, _NO_IDS, 0.0), int(starts.size))
-            self.recorder.add_many(starts, durations, records)
+        if self.fast_forward and extra is None:
+            run, steps = sched.decode_run(state, plan)
+            if steps > 0:
+                for seg in state.apply_decode_run(run, steps):
+                    tokens = self._decode_tokens(seg.idx.size)
+                    self.out.add(Batch.trusted(ids[seg.idx], tokens, _NO_IDS, 0.0), seg.num_batches)
+                    self.recorder.add_decode_segment(seg)
         return True
 
     def wait_until(self, time_s: float) -> None:

@@ -261,20 +261,29 @@ class Schedule:
 
 # --- writing a schedule one batch at a time ---------------------------------------------
 
-def _ints(values: np.ndarray) -> str:
-    return ",".join(map(str, values.tolist()))
+class _IntText(dict):
+    """``str`` of integers, remembered (a running request's id is written in batch after batch)."""
+
+    def __missing__(self, value: int) -> str:
+        text = self[value] = str(value)
+        return text
 
 
-def batch_json(batch: Batch) -> str:
-    """``batch`` as :meth:`Schedule.to_json` writes it (the same bytes), without building a dict."""
+def _ints(values: np.ndarray, texts: _IntText | None = None) -> str:
+    return ",".join(map(str if texts is None else texts.__getitem__, values.tolist()))
+
+
+def batch_json(batch: Batch, texts: _IntText | None = None) -> str:
+    """``batch`` as :meth:`Schedule.to_json` writes it (the same bytes), without building a dict.
+    ``texts``: a cache of the integers' text (:class:`ScheduleWriter` keeps one)."""
     tokens = batch.tokens.tolist()
     if tokens.count(1) == len(tokens):    # a decode batch: every token count is 1
         tokens_text = "1," * (len(tokens) - 1) + "1" if tokens else ""
     else:
-        tokens_text = ",".join(map(str, tokens))
-    text = f'{{"ids":[{_ints(batch.ids)}],"tokens":[{tokens_text}]'
+        tokens_text = ",".join(map(str if texts is None else texts.__getitem__, tokens))
+    text = f'{{"ids":[{_ints(batch.ids, texts)}],"tokens":[{tokens_text}]'
     if batch.evict.size:
-        text += f',"evict":[{_ints(batch.evict)}]'
+        text += f',"evict":[{_ints(batch.evict, texts)}]'
     if batch.not_before_s:
         text += f',"not_before_s":{float(batch.not_before_s)!r}'
     return text + "}"
@@ -290,6 +299,8 @@ class ScheduleWriter:
     Use as a context manager, or call :meth:`close`.
     """
 
+    MAX_TEXTS = 1 << 16     # integers whose text is remembered (then forgotten all at once)
+
     def __init__(self, path: str | Path, meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
         try:
@@ -299,11 +310,14 @@ class ScheduleWriter:
         head = json.dumps({"format": SCHEDULE_FORMAT, "meta": dict(meta)}, separators=(",", ":"))
         self._file.write(head[:-1] + ',"batches":[')
         self.num_batches = 0
+        self._texts = _IntText()
 
     def add(self, batch: Batch, repeat: int = 1) -> None:
         if repeat < 1:
             return
-        text = batch_json(batch)
+        if len(self._texts) > self.MAX_TEXTS:
+            self._texts.clear()
+        text = batch_json(batch, self._texts)
         first = text if self.num_batches == 0 else "," + text
         self._file.write(first)
         if repeat > 1:

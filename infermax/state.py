@@ -17,6 +17,10 @@ takes whole blocks, Σ ceil(m / block_size) <= M // block_size (rule ``M-blocks`
 """
 from __future__ import annotations
 
+from bisect import bisect_left
+from itertools import accumulate
+from typing import NamedTuple
+
 import numpy as np
 
 from .costmodel import CostModel
@@ -32,6 +36,19 @@ class ScheduleError(ValueError):
         self.batch, self.rule, self.request_id = batch, rule, request_id
         who = f", request {request_id}" if request_id is not None else ""
         super().__init__(f"batch {batch}{who}: [{rule}] {message}")
+
+
+class DecodeSegment(NamedTuple):
+    """``num_batches`` identical decode batches of requests ``idx`` (one token each), as
+    :meth:`ServingState.apply_decode_run` applied them: per batch its start and duration (s)
+    and the KV tokens held during it; ``num_running`` requests held KV during each."""
+
+    idx: np.ndarray
+    num_batches: int
+    starts_s: list[float]
+    durations_s: list[float]
+    kv_tokens: range
+    num_running: int
 
 
 class ServingState:
@@ -89,6 +106,7 @@ class ServingState:
         self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
         self._active_upto = 0                        # arrivals (in arrival order) already in _active
         self._active_version = 0
+        self._active_done = 0                        # num_done as of _active
         # per-request records
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -139,6 +157,10 @@ class ServingState:
         the new arrivals: O(active + arrived), never O(workload). Read-only; do not modify.
         """
         if self._active_version != self.version:
+            if self._active_done == self.num_done and self._active_upto == self._next_arrival:
+                self._active_version = self.version     # only WAITING <-> RUNNING changes: the same set
+                return self._active
+            self._active_done = self.num_done
             kept = self._active[self.status[self._active] != DONE] if self._active.size else self._active
             if self._active_upto < self._next_arrival:
                 new = self._arrival_order[self._active_upto:self._next_arrival]
@@ -293,7 +315,7 @@ class ServingState:
         st = status[idx]
         new = st != RUNNING
         num_new = int(np.count_nonzero(new))
-        if num_new and ((st == DONE) | (st == FUTURE)).any():
+        if num_new and np.count_nonzero(st == WAITING) != num_new:   # some are finished or not arrived
             k = int(idx[(st == DONE) | (st == FUTURE)][0])
             raise ScheduleError(j, "finished" if status[k] == DONE else "arrival",
                                 "request is finished" if status[k] == DONE else "request has not arrived",
@@ -301,7 +323,7 @@ class ServingState:
         if n > 1:  # duplicates: the last write of a repeated index wins, so an earlier slot disagrees
             slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
             self._slot[idx] = slots
-            if (self._slot[idx] != slots).any():
+            if np.count_nonzero(self._slot[idx] != slots):
                 k = int(idx[np.argmax(self._slot[idx] != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(ids[k]))
         m0 = m[idx]
@@ -312,7 +334,7 @@ class ServingState:
         is_decode = m0 >= inp0
         m1 = m0 + tokens
         over = m1 > np.maximum(inp0, m0 + 1)
-        if over.any():
+        if np.count_nonzero(over):
             k = int(np.argmax(over))
             if is_decode[k]:
                 raise ScheduleError(j, "decode-chunk", f"decode phase processes exactly 1 token, "
@@ -353,8 +375,8 @@ class ServingState:
         if num_new:
             new_idx = idx[new]
             status[new_idx] = RUNNING
-            fs = self.first_scheduled_s[new_idx]
-            self.first_scheduled_s[new_idx] = np.where(np.isnan(fs), start, fs)
+            # the first time: NaN until now (fmin ignores NaN; an earlier time is never later than start)
+            self.first_scheduled_s[new_idx] = np.fmin(self.first_scheduled_s[new_idx], start)
             self.version += 1
         m[idx] = m1
         gen = self.gen
@@ -364,10 +386,10 @@ class ServingState:
             g = gen[g_idx]
         else:
             resumed = (m0 > 0) & ~is_decode
-            if resumed.any():  # a (re)fill that skipped at least one batch was suspended (preempted)
+            if np.count_nonzero(resumed):  # a (re)fill that skipped at least one batch was suspended (preempted)
                 r_idx = idx[resumed]
                 self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
-            g_idx = idx[is_decode | (m1 == inp0)]
+            g_idx = idx[m1 >= inp0]     # decodes (m1 > inp0) and (re)fills that reach their input
             gen[g_idx] += 1
             g = gen[g_idx]
             first = g_idx[g == 1]
@@ -400,35 +422,67 @@ class ServingState:
         return start, duration, (n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
 
 
-    def apply_decode_run(self, idx: np.ndarray, num_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Run up to ``num_steps`` identical decode batches of ``idx`` (the simulator's fast path).
+    def apply_decode_run(self, idx: np.ndarray, num_steps: int) -> list[DecodeSegment]:
+        """Run up to ``num_steps`` decode batches of the requests ``idx`` (the simulator's fast path).
 
         Equivalent, batch for batch and bit for bit, to calling :meth:`apply` with
-        ``tokens = 1`` that many times; stops early at the first batch that would
-        start at or after the next arrival. The steps may not complete a request.
-        Returns (starts_s, durations_s, records[num, 7]).
+        ``tokens = 1`` for the requests of ``idx`` not yet finished, that many times: a
+        request leaves the batches after the one that completes it. Stops early at the
+        first batch that would start at or after the next arrival, and when every request
+        of ``idx`` is done. Returns the batches as segments of identical ones (a new
+        segment starts after each batch that completes a request).
         """
+        m0 = self.m[idx]
+        if np.count_nonzero(self.status[idx] != RUNNING) or np.count_nonzero(m0 < self.inp[idx]):
+            raise ScheduleError(self.num_batches, "decode-run",
+                                "a decode run may hold only running decode-phase requests")
+        if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
+            raise ScheduleError(self.num_batches, "decode-run", "a decode run may not hold a request that "
+                                "leaves this replica after its first token (hand_off)")
+        left = self.output_lens[idx] - self.gen[idx]      # batches until each request completes (>= 1)
+        nxt = self.next_arrival_s
+        segments: list[DecodeSegment] = []
+        while num_steps > 0:
+            first_done = int(left.min())
+            steps = min(num_steps, first_done)            # the last of these may complete requests
+            segment = self._decode_segment(idx, m0, steps, nxt)
+            if segment is None:
+                break
+            segments.append(segment)
+            if segment.num_batches < steps or steps < first_done:   # an arrival, or the run's end
+                break
+            num_steps -= steps
+            left -= steps
+            fin = left == 0
+            self._complete(idx[fin], self.clock_s)
+            keep = ~fin
+            idx, left = idx[keep], left[keep]
+            if not idx.size:
+                break
+            m0 = self.m[idx]
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return segments
+
+    def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, num_steps: int,
+                        next_arrival_s: float | None) -> DecodeSegment | None:
+        """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``) completing no request
+        before the last, stopping before the first that would start at or after ``next_arrival_s``."""
         j = self.num_batches
         n = int(idx.size)
-        m0 = self.m[idx]
-        if (self.status[idx] != RUNNING).any() or (m0 < self.inp[idx]).any():
-            raise ScheduleError(j, "decode-run", "a decode run may hold only running decode-phase requests")
-        stop = self.output_lens if self._stop is None else self._stop
-        if int((stop[idx] - self.gen[idx]).min()) <= num_steps:
-            raise ScheduleError(j, "decode-run", f"a {num_steps}-step decode run would complete a request")
-        durations = self.cost.decode_run_times(m0, num_steps)
-        starts = np.cumsum(np.concatenate(([self.clock_s], durations)))
-        nxt = self.next_arrival_s
-        if nxt is not None:
-            num_steps = min(num_steps, int(np.searchsorted(starts[:num_steps], nxt, "left")))
+        durations = self.cost.decode_run_times(m0, num_steps).tolist()
+        starts = list(accumulate(durations, initial=self.clock_s))   # one addition after another, as apply
+        if next_arrival_s is not None:
+            num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
         if num_steps <= 0:
-            return starts[:0], durations[:0], np.zeros((0, 7), dtype=np.int64)
-        kv = self.kv_used + n * np.arange(1, num_steps + 1, dtype=np.int64)
+            return None
+        kv = range(self.kv_used + n, self.kv_used + n * num_steps + 1, n)   # held during each batch
         blocks, bad_step = self._blocks_after_decodes(m0, num_steps) if self._block > 1 else (0, None)
-        if int(kv[-1]) + self.external_kv > self.limits.M:
-            s = int(np.argmax(kv + self.external_kv > self.limits.M))
+        if kv[-1] + self.external_kv > self.limits.M:
+            s = max(0, (self.limits.M - self.external_kv - self.kv_used) // n)     # the first batch over M
             if bad_step is None or s <= bad_step:    # the step that breaks a rule first, as apply would
-                raise ScheduleError(j + s, "M", f"KV cache would hold {int(kv[s])} tokens > M = {self.limits.M}")
+                held = f" (+ {self.external_kv} held for work scheduled elsewhere)" if self.external_kv else ""
+                raise ScheduleError(j + s, "M", f"KV cache would hold {kv[s]} tokens{held} > M = {self.limits.M}")
         if bad_step is not None:
             lim = self.limits
             held = int(self.blocks_used + (lim.kv_blocks(m0 + bad_step + 1) - lim.kv_blocks(m0)).sum())
@@ -441,17 +495,23 @@ class ServingState:
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
         self._last_batch[idx] = j + num_steps - 1
-        self.kv_used = int(kv[-1])
-        self.clock_s = float(starts[num_steps])
+        self.kv_used = kv[-1]
+        self.clock_s = starts[num_steps]
         self.num_batches = j + num_steps
-        if self._next_arrival < self._num_queued:
-            self.admit_arrivals()
-        records = np.empty((num_steps, 7), dtype=np.int64)
-        records[:, :4] = (n, n, 0, n)
-        records[:, 4] = kv
-        records[:, 5] = self.num_running
-        records[:, 6] = 0
-        return starts[:num_steps], durations[:num_steps], records
+        return DecodeSegment(idx, num_steps, starts[:num_steps], durations[:num_steps], kv, self.num_running)
+
+    def _complete(self, fin: np.ndarray, end_s: float) -> None:
+        """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV."""
+        m = self.m
+        self.completion_s[fin] = end_s
+        self.kv_used -= int(m[fin].sum())
+        if self._block > 1:
+            self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
+        m[fin] = 0
+        self.status[fin] = DONE
+        self.num_running -= int(fin.size)
+        self.num_done += int(fin.size)
+        self.version += 1
 
     def _blocks_after_decodes(self, m0: np.ndarray, num_steps: int) -> tuple[int, int | None]:
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .state import ServingState
+from .state import DecodeSegment, ServingState
 
 BATCH_FIELDS = ("start_s", "duration_s", "num_requests", "num_tokens", "num_prefill_tokens",
                 "num_decode", "kv_tokens", "num_running", "num_evicted")
@@ -93,10 +93,13 @@ class TraceRecorder:
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
 
-    def add_many(self, starts_s: np.ndarray, durations_s: np.ndarray, records: np.ndarray) -> None:
-        self._starts.extend(starts_s.tolist())
-        self._durations.extend(durations_s.tolist())
-        self._records.extend(records.ravel().tolist())
+    def add_decode_segment(self, segment: DecodeSegment) -> None:
+        """The batches of a fast-forwarded decode run (:meth:`ServingState.apply_decode_run`)."""
+        self._starts.extend(segment.starts_s)
+        self._durations.extend(segment.durations_s)
+        n, running, records = int(segment.idx.size), segment.num_running, self._records
+        for kv in segment.kv_tokens:
+            records.extend((n, n, 0, n, kv, running, 0))
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
 

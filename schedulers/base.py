@@ -71,11 +71,13 @@ class Scheduler(ABC):
     def next_batch(self, state: "ServingState") -> Plan:
         """The next batch; an empty plan means "nothing can run until the next arrival"."""
 
-    def repeat_horizon(self, state: "ServingState", plan: Plan) -> int:
-        """How many more batches identical to ``plan`` (just applied) this scheduler would
-        choose next, barring arrivals — a promise that lets the engine fast-forward runs
-        of pure-decode batches. 0 (the default) means "ask me every batch"."""
-        return 0
+    def decode_run(self, state: "ServingState", plan: Plan) -> tuple[np.ndarray, int]:
+        """After ``plan`` was applied: requests ``idx`` and a number of batches ``k`` such that,
+        barring arrivals, this scheduler's next ``k`` batches would be pure decodes of ``idx``
+        (in that order), each request leaving after the batch that completes it — a promise
+        that lets the engine fast-forward (``ServingState.apply_decode_run``). ``k = 0``
+        (the default) means "ask me every batch"."""
+        return plan.idx[:0], 0
 
     def set_kv_budget(self, state: "ServingState", held_tokens: int) -> None:
         """The cluster layer holds ``held_tokens`` of this replica's KV for work scheduled elsewhere.

@@ -47,6 +47,8 @@ PREFILL, DECODE = 1, 2
 # what the members of a candidate group are (lets CanAllocate skip per-candidate work)
 DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, MIXED_GROUP = 0, 1, 2, 3
 _PHASE_OF = {DECODE_GROUP: DECODE, PREFILL_GROUP: PREFILL, WAITING_GROUP: PREFILL}
+_NONE = np.zeros(0, dtype=np.int64)
+_NONE.setflags(write=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,9 +124,9 @@ class _Builder:
         self.phase = self.phase or phase
 
     def plan(self) -> Plan:
-        ev = np.asarray(self.evicted, dtype=np.int64)
+        ev = np.asarray(self.evicted, dtype=np.int64) if self.evicted else _NONE
         if not self.idx:
-            return Plan(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), ev)
+            return Plan(_NONE, _NONE, ev)
         if len(self.idx) == 1:
             return Plan(self.idx[0], self.tok[0], ev)
         return Plan(np.concatenate(self.idx), np.concatenate(self.tok), ev)
@@ -275,22 +277,38 @@ class GetNextBatch(Scheduler):
         P = min(p.P, lim.P) if p.P is not None else lim.P
         self._C, self._P = (C, P) if tokens is None else (min(C, tokens), min(P, tokens))
 
-    def repeat_horizon(self, state: ServingState, plan: Plan) -> int:
-        """After a pure-decode batch of *every* running request with no status change, the
-        next batches repeat it until a request completes or (without reservations) the KV
-        slots run out: waiting candidates were refused for a reason that only gets worse
-        (less free KV, same C, P, R_max budgets and phase rule)."""
-        if (plan.evict.size or state.version != self._version or plan.idx.size != self._running.size
-                or self._future_refusal):
-            return 0
-        idx = plan.idx
-        if (state.m[idx] <= state.inp[idx]).any():   # a prefill completed in this batch
-            return 0
-        horizon = int((state.output_lens[idx] - state.gen[idx]).min()) - 1
+    def decode_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int]:
+        """When every running request is decoding, the next batches decode them all, in priority
+        order, while they fit (C, and the KV slots without reservations):
+        - with no request waiting, through completions (a completion frees KV and a running
+          slot, which could only let a waiting request in), to the end of the last one, unless
+          pinned requests (:mod:`.pinning`) must be checked batch by batch;
+        - with requests waiting, only after a pure-decode batch of every running request with
+          no status change, and until the first completion: the waiting candidates were refused
+          for a reason that only gets worse (less free KV, the same C, P, R_max budgets and
+          phase rule)."""
+        changed = state.version != self._version
+        running, waiting = self._sets(state)[:2]
+        n = running.size
+        if not n or n > self._C:
+            return running, 0
+        m, inp = state.m[running], state.inp[running]
+        left = state.output_lens[running] - state.gen[running]      # batches until each completes
+        if waiting.size:
+            if (changed or plan.evict.size or plan.idx.size != n or self._future_refusal
+                    or np.count_nonzero(m <= inp)):     # (m == inp: a prefill completed in this batch)
+                return running, 0
+            running, horizon = plan.idx, int(left.min()) - 1      # (the same requests in the same order)
+        elif np.count_nonzero(m < inp):
+            return running, 0
+        else:
+            horizon = int(left.min()) - 1 if self._pins.active else int(left.max())
         if not self.policy.eviction_free:
-            free = self._blocks - int(self._reserved(state, idx).sum())
-            horizon = min(horizon, free // idx.size if self._bs == 1 else self._decode_steps(state.m[idx], free))
-        return max(self._pins.repeat_limit(state, idx, horizon), 0)
+            if self._bs == 1:    # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used
+                horizon = min(horizon, (self._blocks - state.kv_used) // n)
+            else:
+                horizon = min(horizon, self._decode_steps(m, self._blocks - int(self._reserved(state, running).sum())))
+        return running, max(self._pins.repeat_limit(state, running, horizon), 0)
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
         """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""
@@ -332,8 +350,8 @@ class GetNextBatch(Scheduler):
             per = 0 if self.policy.eviction_free else 1
             c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
             if self._bs > 1 and per:
-                c_new = np.cumsum(self._decode_blocks(state.m[rest[:b.C]]))
-                k = int(np.searchsorted(c_new, b.mem, "right"))
+                c_new = self._decode_blocks(state.m[rest[:b.C]]).cumsum()
+                k = int(c_new.searchsorted(b.mem, "right"))
             else:
                 k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
             if b.pins is not None:
@@ -346,17 +364,17 @@ class GetNextBatch(Scheduler):
             cap = min(b.C, b.P)
             if tok[0] > cap or (kind == WAITING_GROUP and (b.run < 1 or self._head_mem(tok, rest) > self._room(b, True))):
                 return rest, 0, tok[:0], (0, 0, 0, 0), PREFILL
-            c_tok = np.cumsum(tok)
-            k = int(np.searchsorted(c_tok, cap, "right"))
+            c_tok = tok.cumsum()
+            k = int(c_tok.searchsorted(cap, "right"))
             mem = 0
             if kind == WAITING_GROUP:
                 own = self._blk(self._peak[rest] if self.policy.eviction_free else tok)
-                c_mem = np.cumsum(own) if self.policy.eviction_free or self._bs > 1 else c_tok
+                c_mem = own.cumsum() if self.policy.eviction_free or self._bs > 1 else c_tok
                 if self._wm:     # the head passed its own check above
                     fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
                     k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
                 else:
-                    k = min(k, int(np.searchsorted(c_mem, b.mem, "right")), b.run)
+                    k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
                     k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
                 if b.pins is not None:
@@ -372,7 +390,7 @@ class GetNextBatch(Scheduler):
                 rest, tok, dec, pf, mem, new = rest[keep], tok[keep], dec[keep], pf[keep], mem[keep], new[keep]
                 if not rest.size:
                     return rest, 0, tok, (0, 0, 0, 0), 0
-        c_tok, c_pf, c_mem, c_new = np.cumsum(tok), np.cumsum(pf), np.cumsum(mem), np.cumsum(new)
+        c_tok, c_pf, c_mem, c_new = tok.cumsum(), pf.cumsum(), mem.cumsum(), new.cumsum()
         room = b.mem - self._gate(b, c_mem, mem, new) if self._wm else b.mem
         fits = (c_tok <= b.C) & (c_pf <= b.P) & (c_mem <= room) & (c_new <= b.run)
         k = rest.size if fits.all() else int(np.argmin(fits))

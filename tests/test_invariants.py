@@ -5,8 +5,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from infermax import Limits, Schedule, replay, simulate
+from infermax import Limits, Schedule, Workload, replay, simulate
 from infermax.metrics import metrics
+from infermax.schedulers import available, get_scheduler
+from infermax.schedulers.framework import GetNextBatch
+from infermax.state import ServingState
 
 from factories import ALL_SCHEDULERS, make_workload, small_instances
 
@@ -73,3 +76,38 @@ def test_non_chunked_scheduler_rejects_a_prompt_larger_than_P():
     with pytest.raises(ValueError, match=r"request 1 .*40 prompt tokens.*P = 32"):
         simulate(w, "vllm", Limits(M=1000, C=64, P=32))
     assert simulate(w, "sarathi", Limits(M=1000, C=64, P=32)).metrics["num_requests"] == 2
+
+
+def _through_completion_instances():
+    """Online (light and heavy load, a running cap) and offline (tight M: evictions, pinned decodes)."""
+    rng = np.random.default_rng(19)
+    out = []
+    for gap_s, n, M, R_max in ((0.02, 40, 900, None), (0.002, 40, 600, 6), (None, 24, 400, None)):
+        ins, outs = rng.integers(8, 100, n), rng.integers(2, 60, n)
+        arrivals = None if gap_s is None else np.cumsum(rng.exponential(gap_s, n))
+        out.append((Workload.from_lengths(ins, outs, arrivals, name="ff"), Limits(M=M, C=256, R_max=R_max)))
+    return out
+
+
+@pytest.mark.parametrize("name", available())
+def test_fast_forward_through_completions_changes_nothing(name, monkeypatch):
+    """The decode fast-forward runs through request completions (and starts after prefill batches):
+    the same schedule and trace as one scheduler decision per batch, for every registered scheduler;
+    and for the GetNextBatch family some run does complete a request."""
+    completing = []
+    run = ServingState.apply_decode_run
+
+    def watched(self, idx, num_steps):
+        done = self.num_done
+        segments = run(self, idx, num_steps)
+        completing.append(self.num_done > done)
+        return segments
+
+    monkeypatch.setattr(ServingState, "apply_decode_run", watched)
+    for workload, limits in _through_completion_instances():
+        fast = simulate(workload, name, limits)
+        slow = simulate(workload, name, limits, fast_forward=False)
+        assert fast.schedule == slow.schedule
+        assert fast.trace == slow.trace, fast.trace.diff(slow.trace)
+    if isinstance(get_scheduler(name), GetNextBatch):
+        assert any(completing)

@@ -166,7 +166,7 @@ def test_per_batch_work_never_touches_finished_or_future_requests(name, monkeypa
 
     from infermax.schedulers import get_scheduler
     sched = get_scheduler(name)
-    next_batch, horizon = sched.next_batch, sched.repeat_horizon
+    next_batch, decode_run = sched.next_batch, sched.decode_run
 
     def counted_next_batch(state):
         act = np.asarray(state.active)
@@ -177,7 +177,7 @@ def test_per_batch_work_never_touches_finished_or_future_requests(name, monkeypa
         sizes.append(act.size)
         return watching(next_batch)(state)
 
-    sched.next_batch, sched.repeat_horizon = counted_next_batch, watching(horizon)
+    sched.next_batch, sched.decode_run = counted_next_batch, watching(decode_run)
     monkeypatch.setattr(ServingState, "__init__", watched_init)
     monkeypatch.setattr(ServingState, "apply", watching(apply))
     monkeypatch.setattr(ServingState, "apply_decode_run", watching(run))
