@@ -166,27 +166,42 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         raise ValueError(f"--limits {args.limits!r}: M comes from --cluster (each replica's KV capacity, "
                          f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
     workload = Workload.from_spec(f"trace:{args.trace}" if args.trace else args.workload)
-    policies = split_specs(args.policy or "fifo")
-    for policy in policies:
-        if policy not in POLICIES:
-            from difflib import get_close_matches
-            near = get_close_matches(policy, POLICIES, n=1)
-            raise ValueError(f"--policy: unknown cluster policy {policy!r}"
-                             f"{f' (did you mean {near[0]}?)' if near else ''}; known: {', '.join(POLICIES)}")
     names = split_specs(args.scheduler)
-    for name in names:
+    runs = [(name, args.local) for name in names if name in POLICIES]        # cluster policies as --scheduler
+    locals_ = [name for name in names if name not in POLICIES]
+    if args.policy or not runs:
+        policies = split_specs(args.policy or "fifo")
+        for policy in policies:
+            if policy not in POLICIES:
+                from difflib import get_close_matches
+                near = get_close_matches(policy, POLICIES, n=1)
+                raise ValueError(f"--policy: unknown cluster policy {policy!r}"
+                                 f"{f' (did you mean {near[0]}?)' if near else ''}; known: {', '.join(POLICIES)}")
+        runs += [(policy, name) for policy in policies for name in locals_]
+    elif locals_:
+        raise ValueError(f"--scheduler mixes cluster policies ({', '.join(n for n, _ in runs)}) with replica "
+                         f"schedulers ({', '.join(locals_)}); give replica schedulers with --local or --policy")
+    for _, name in runs:
         get_scheduler(name)
+    options = {k: v for k, v in (("sp_replicas", args.sp_replicas), ("decode_replicas", args.decode_replicas),
+                                 ("colocate_tokens", args.colocate_tokens)) if v is not None}
+    if args.load is not None:
+        from .cluster import at_load, capacity_rps
+        cap = capacity_rps(workload, cluster, "fifo", runs[0][1], **options)
+        workload = at_load(workload, args.load, cap)
+        if not (args.json or args.quiet):
+            print(f"capacity (FIFO, all requests at t = 0): {cap:.4g} requests/s; arrivals rescaled to "
+                  f"load {args.load:g}", file=sys.stderr)
     rows, details = [], []
-    for policy in policies:
-        for name in names:
-            bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
-            try:
-                r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar)
-            finally:
-                bar.close()
-            rows.append({"policy": policy, "scheduler": name, **r.metrics})
-            details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
-                            "utilization": r.utilization.round(4).tolist()})
+    for policy, name in runs:
+        bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
+        try:
+            r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar, **options)
+        finally:
+            bar.close()
+        rows.append({"policy": policy, "scheduler": name, **r.metrics})
+        details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
+                        "num_preemptions": r.num_preemptions, "utilization": r.utilization.round(4).tolist()})
     if args.json:
         print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
         return 0
@@ -197,7 +212,7 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
             for d in details for tag, vals in d["by_tag"].items()]
     if tags:
         print_table(tags, ("policy", "scheduler", "tag", "num_requests", "queueing_p50_s", "queueing_p99_s",
-                           "throughput_rps", "jct_mean_s", "num_starved"))
+                           "throughput_rps", "jct_mean_s", "num_starved", "num_suspensions"))
     return 0
 
 
@@ -313,7 +328,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="simulate on many replicas, e.g. a100:nodes=4,gpus_per_node=8,"
                    "model=mistral-7b-v0.3,tp=1 (M per replica from GPU memory; --scheduler is each replica's)")
     p.add_argument("--policy", help="with --cluster: global policies, comma separated (fifo, reservation, "
-                   "priority; default fifo)")
+                   "priority, pecsched, pecsched-pe/-dis/-col/-fsp; default fifo); cluster policy names may also "
+                   "be given to --scheduler, each replica then running --local")
+    p.add_argument("--local", default="sarathi", help="with --cluster and cluster policies in --scheduler: each "
+                   "replica's scheduler (default sarathi: chunked prefill, as colocation needs)")
+    p.add_argument("--load", type=float, help="with --cluster: rescale the arrivals to this multiple of the "
+                   "cluster's capacity (1.0 = FIFO's maximum throughput, measured first; pecsched.txt §6.6)")
+    p.add_argument("--sp-replicas", type=int, help="with --cluster: most replicas per long request's gang "
+                   "(default one node)")
+    p.add_argument("--decode-replicas", type=int, help="with --cluster: replicas for short decodes under "
+                   "disaggregation (default pecsched.txt §6.2's 4/4/1/1)")
+    p.add_argument("--colocate-tokens", type=int, help="with --cluster: short prefill tokens colocated with a "
+                   "long decode per replica and step (default 512)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
