@@ -183,7 +183,7 @@ def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
 def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     """A* three ways, from the same table and pilot incumbent: without the successor cut, with it (batches
     that cannot beat the cutoff dropped before their evictions are enumerated), and with the cut and the
-    trajectory LP's Lagrangian tables (:mod:`infermax.csp.trajectorylp`, given a sixth of the budget, as
+    trajectory LP's Lagrangian tables (:mod:`infermax.csp.trajectorybound`, given a sixth of the budget, as
     ``solve_optimal`` does) — wall-time ratios in the same process."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
@@ -227,7 +227,7 @@ def run_rootlp(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     from infermax.costmodel import get_cost_model
     from infermax.csp.classstate import ClassStateSpace
     from infermax.csp.search import pilot_search
-    from infermax.csp.trajectorylp import TrajectoryBound
+    from infermax.csp.trajectorybound import TrajectoryBound
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
     rows, per_y = [], []

@@ -4,12 +4,14 @@
 - :mod:`.specs`     model and GPU specifications, KV capacity M
 - :mod:`.profiles`  loaders for Vidur-format CSV profiles (packaged A100/H100 data)
 - :mod:`.fitting`   per-operator regressions → LinearCoefficients
+- :mod:`.lsq`       relative least squares, behind every fitted line
 - :mod:`.accuracy`  held-out error of a fit (per operator and per batch)
 - :mod:`.roofline`  lower-bound batch times from specs alone
 - :mod:`.communication`, :mod:`.parallel`  TP / PP / SP / KVP terms
 - :mod:`.catalog`   named fitted and roofline models, registered on import
 - :mod:`.transfer`  ``scaled:<gpu>/<model>``: unmeasured models at a measured model's roofline efficiency
 - :mod:`.profiler`  measure a profile with PyTorch (CPU or CUDA; torch imported lazily)
+- :mod:`.packed`    the packed-batch layout the profiler times and the executor runs
 """
 from .base import CostModel
 from .catalog import ProfiledCostModel, register_catalog

@@ -25,9 +25,9 @@ from .fitting import fit_operators, operator_data
 from .linear import LinearCoefficients, LinearCostModel
 from .parallel import ParallelConfig, ParallelCostModel
 from .profiles import ProfileFormatError, available_profiles, data_root, load_attention_profile, load_mlp_profile
-from .registry import register_cost_model
+from .registry import register_cost_model, register_default_cost_model
 from .roofline import RooflineCostModel, roofline_terms
-from .specs import VIDUR_MODEL_DIRS, ModelSpec, get_gpu_spec, get_model_spec
+from .specs import VIDUR_MODEL_DIRS, ModelSpec, canonical_name, get_model_spec
 
 log = logging.getLogger(__name__)
 DEFAULT_NAME = "a100/llama2-7b"
@@ -158,15 +158,6 @@ def fitted_names() -> list[str]:
     return sorted(f.name[:-5].replace("_", "/", 1) for f in folder.iterdir() if f.name.endswith(".json"))
 
 
-def canonical_name(name: str) -> str | None:
-    """``"A100/Llama-2-7b-hf"`` → ``"a100/llama2-7b"``; None if either part is unknown."""
-    gpu_name, _, model_name = name.partition("/")
-    try:
-        return f"{get_gpu_spec(gpu_name).name}/{get_model_spec(model_name).name}"
-    except ValueError:
-        return None
-
-
 def load_fitted(name: str) -> ProfiledCostModel:
     """A fitted model by name (``a100/llama2-7b``; model spellings are loose)."""
     canonical = canonical_name(name) or name
@@ -219,7 +210,9 @@ def _roofline_factory(spec: str) -> Any:
 
 
 def register_catalog() -> None:
-    """Register every fitted name and the ``roofline:`` prefix (called on import of the package)."""
+    """Register the default model, every fitted name and the ``roofline:`` prefix (called on import of the
+    package)."""
+    register_default_cost_model(default_cost_model)
     for name in fitted_names():
         register_cost_model(name, _fitted_factory)
     register_cost_model("roofline", _roofline_factory)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .fitting import relative_lsq
+from .lsq import relative_lsq
 from .profiles import ProfileFormatError, load_network_profile
 from .specs import GpuSpec, get_gpu_spec
 

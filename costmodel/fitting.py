@@ -17,8 +17,9 @@ Three regressions, each on whole-model seconds (per-layer times x layers):
   query row per request).
 
 Every fit minimises *relative* residuals (a 1 ms and a 100 ms batch count
-alike) with a soft-L1 loss, via ``scipy.optimize.lsq_linear`` (start) and
-``scipy.optimize.least_squares`` (robust refinement), under bounds: every
+alike) with a soft-L1 loss (:func:`.lsq.relative_lsq`), via
+``scipy.optimize.lsq_linear`` (start) and ``scipy.optimize.least_squares``
+(robust refinement), under bounds: every
 coefficient >= 0 and, when GPU specs are given, every attention slope at least
 the roofline slope and the steepest non-attention line at least the roofline's
 FLOP slope, so the fit never undercuts the roofline at large batches. If the
@@ -34,12 +35,12 @@ from pathlib import Path
 import numpy as np
 
 from .linear import LinearCoefficients, prefill_attention_work
+from .lsq import SOFT_L1_SCALE, relative_lsq
 from .profiles import MissingProfileError, load_attention_profile, load_mlp_profile
 from .roofline import RooflineTerms
 from .specs import ModelSpec, get_model_spec
 
 log = logging.getLogger(__name__)
-SOFT_L1_SCALE = 0.05   # relative residual beyond which the loss turns linear
 #: prefill-attention work of a chunk of c tokens after m cached, per form: "causal" is the linear model's
 #: W (c·m + c(c+1)/2); "square" is the pre-causal c·(m + c), kept to compare fits (its slope is not a
 #: LinearCoefficients.prefill_attn_s)
@@ -52,27 +53,6 @@ def attention_work(form: str, chunk: np.ndarray, kv: np.ndarray) -> np.ndarray:
     if form not in ATTENTION_FORMS:
         raise ValueError(f"attention_form must be one of {', '.join(ATTENTION_FORMS)}, got {form!r}")
     return ATTENTION_FORMS[form](np.asarray(chunk, dtype=np.float64), kv)
-
-
-def relative_lsq(X: np.ndarray, y: np.ndarray, lower: np.ndarray | float = 0.0) -> np.ndarray:
-    """argmin_p Σ soft_l1((X p − y) / y) subject to p >= lower.
-
-    Columns are scaled to unit norm first (a latency in seconds and a cost per
-    byte differ by 10 orders of magnitude), so exact data are fitted exactly.
-    """
-    from scipy.optimize import least_squares, lsq_linear   # lazy: scipy.optimize costs ~0.4 s to import
-    A = X / y[:, None]
-    scale = np.linalg.norm(A, axis=0)
-    scale[scale == 0] = 1.0
-    A = A / scale
-    ones = np.ones(len(y))
-    lb = np.broadcast_to(np.asarray(lower, dtype=np.float64), (X.shape[1],)) * scale
-    start = lsq_linear(A, ones, bounds=(lb, np.inf), tol=1e-12).x
-    if len(y) <= X.shape[1]:
-        return start / scale
-    result = least_squares(lambda p: A @ p - ones, np.maximum(start, lb), bounds=(lb, np.inf),
-                           loss="soft_l1", f_scale=SOFT_L1_SCALE, ftol=1e-12, xtol=1e-12, gtol=1e-12)
-    return result.x / scale
 
 
 def _max_lines(p: np.ndarray, x: np.ndarray) -> np.ndarray:

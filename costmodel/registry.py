@@ -1,7 +1,8 @@
 """Resolve a cost model from a name, a path or an object.
 
 ``get_cost_model(None)`` and ``"default"`` give the default model: the linear
-model fitted to Vidur's A100 + Llama-2-7B measurements (catalog.py). A path
+model fitted to Vidur's A100 + Llama-2-7B measurements (catalog.py registers it
+with :func:`register_default_cost_model`; this module imports no model). A path
 ending in ``.json`` loads a serialised LinearCostModel. Further names are added
 with :func:`register_cost_model`; importing ``infermax.costmodel`` registers
 every fitted profile (``a100/llama2-7b``, ``h100/llama2-70b``, ...) and the
@@ -16,8 +17,16 @@ from typing import Any, Callable
 
 from .base import CostModel
 from .linear import LinearCostModel
+from .specs import canonical_name
 
 _FACTORIES: dict[str, Callable[[str], CostModel]] = {}
+_default_factory: Callable[[], CostModel] | None = None
+
+
+def register_default_cost_model(factory: Callable[[], CostModel]) -> None:
+    """Register ``factory()`` as the model of ``get_cost_model(None)`` and ``"default"`` (replacing any)."""
+    global _default_factory
+    _default_factory = factory
 
 
 def register_cost_model(prefix: str, factory: Callable[[str], CostModel]) -> None:
@@ -42,7 +51,6 @@ def _lookup(spec: str) -> CostModel:
         if key in _FACTORIES:
             return _FACTORIES[key](spec)
     if "/" in base and ":" not in base:        # loose spellings: "A100/Llama-2-7b-hf"
-        from .catalog import canonical_name
         name = canonical_name(base)
         if name in _FACTORIES:
             return _FACTORIES[name](spec.replace(base, name, 1))
@@ -65,8 +73,9 @@ def get_cost_model(spec: "str | CostModel | None" = None, parallel: Any = None) 
     if isinstance(spec, CostModel):
         model = spec
     elif spec is None or spec == "default":
-        from .catalog import default_cost_model
-        model = default_cost_model()
+        if _default_factory is None:
+            raise ValueError("no default cost model is registered (importing infermax.costmodel registers it)")
+        model = _default_factory()
     elif isinstance(spec, (str, Path)):
         model = _lookup(str(spec).strip())
     else:

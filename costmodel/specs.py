@@ -167,6 +167,15 @@ def get_gpu_spec(name: "str | GpuSpec") -> GpuSpec:
     return GPUS[key]
 
 
+def canonical_name(name: str) -> str | None:
+    """``"A100/Llama-2-7b-hf"`` → ``"a100/llama2-7b"``; None if either part is unknown."""
+    gpu_name, _, model_name = name.partition("/")
+    try:
+        return f"{get_gpu_spec(gpu_name).name}/{get_model_spec(model_name).name}"
+    except ValueError:
+        return None
+
+
 def kv_capacity_tokens(model: "str | ModelSpec", gpu: "str | GpuSpec", util: float = 0.9,
                        tp: int = 1, pp: int = 1) -> int:
     """M, the KV-cache capacity in tokens (infermax.txt §2.2).

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from infermax.costmodel import CostModel
 from infermax.engine import resolve_inputs
+from infermax.heuristics import heuristic_schedules
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
@@ -217,9 +218,9 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
                          f"{why or 'not the case here'}")
     use_dominance = strengthening.dominance and objective in MONOTONE
     track.stage("warm start")
-    ws = find_warm_start(workload, limits, cost, objective, policy, warm_start, clean=use_dominance,
-                         symmetry=strengthening.symmetry,
-                         deadline=budget.start + budget.total_s * WARM_START_SHARE)
+    candidates = _warm_start_schedules(warm_start, workload, limits, cost,
+                                       deadline=budget.start + budget.total_s * WARM_START_SHARE)
+    ws = find_warm_start(workload, limits, cost, objective, policy, candidates, clean=use_dominance)
     track.warm_start(ws, workload, limits, cost)
     track.stage("lower bound")
     bound = _lower_bound(workload, eff, cost, objective, ws, budget)
@@ -273,6 +274,18 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
         return
     track.stage("per-request MILP")
     track.offer(_solve_per_request(ws=ws, target=target, **common), final=True)
+
+
+def _warm_start_schedules(source: "str | Schedule | None", workload: Workload, limits: Limits, cost: CostModel,
+                          deadline: float) -> list[tuple[str, Schedule]]:
+    """The (name, schedule) pairs a ``warm_start`` option names: a Schedule as given, None none, "best"
+    or a scheduler name the heuristics' simulated schedules (:func:`infermax.heuristics.heuristic_schedules`:
+    csp runs no scheduler itself), tried until ``deadline`` (``time.perf_counter()``)."""
+    if isinstance(source, Schedule):
+        return [("given", source)]
+    if source is None:
+        return []
+    return heuristic_schedules(workload, limits, cost, source, deadline)
 
 
 def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:

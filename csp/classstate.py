@@ -93,7 +93,7 @@ class ClassStateSpace:
         self.goal = (0,) * len(self.slots)
         self._tail = [self._tail_terms(c) for c in range(len(self.classes))]
         self._terms: dict[tuple, tuple] = {}          # state -> its bound terms (with the table)
-        self.trajectories = None     # a .trajectorylp.TrajectoryBound raising the bound, if one was built
+        self.trajectories = None     # a .trajectorybound.TrajectoryBound raising the bound, if one was built
         self.memo: dict = {}                           # what a search run over this space remembers
 
     def advance(self, s: tuple, taken, evicted) -> tuple:

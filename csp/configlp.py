@@ -24,34 +24,33 @@ is the largest for some token count up to M. The Lagrangian of the linking rows 
 
 bounds every schedule for any π; the knapsack gives each batch's term (for several lines, the
 largest of the per-line minima, which is at most the true one), the paths give V, and
-:class:`.trajectorylp.TrajectoryBound` uses the two the same way for either LP.
+:class:`.trajectorybound.TrajectoryBound` uses the two the same way for either LP.
 
-Column generation here takes hundreds of rounds, so it is helped three ways: the LP is HiGHS,
-re-solved from its last basis after columns are added; every round adds, per waiting start slot,
+Column generation here takes hundreds of rounds, so it is helped three ways: the LP is HiGHS
+(:mod:`.backends.lp`), re-solved from its last basis after columns are added; every round adds, per waiting start slot,
 the best path that starts at each batch (all requests of a class share one slot); and columns are
 sought at prices smoothed towards those of the best Lagrangian so far (Wentges), starting from the
 trajectory LP's prices — where the Lagrangian is that LP's value (each configuration's exact time
 is at least what the trajectory LP's batch variables charge for its items), so the bound never
 starts below it. Measured (I=O=16, M=128, latency): B = 10, Y = 30: trajectory LP 0.2900 s in
 0.5 s, this LP 0.3028 s, converged within a minute; B = 7, Y = 23: 0.22098 -> 0.22149 s (optimum
-0.22359 s). :class:`.trajectorylp.TrajectoryBound` runs it where time is left after the
+0.22359 s). :class:`.trajectorybound.TrajectoryBound` runs it where time is left after the
 trajectory LPs (``refine``).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import time
 
 import numpy as np
 
-from .backends.highs import new_highs
+from .backends import lp as lp_engines
 from .trajectorylp import _SLACK_S, _UNIT_S, TrajectoryLP, _Path
 
 
 def is_available() -> bool:
     """HiGHS (highspy) is installed: it solves the restricted LPs, re-solving from the last basis."""
-    return importlib.util.find_spec("highspy") is not None
+    return lp_engines.is_available("highs")
 
 
 def applies(sp) -> bool:
@@ -64,11 +63,8 @@ class ConfigLP(TrajectoryLP):
     """The configuration LP for exactly ``Y`` batches from the start state (module docstring)."""
 
     def __init__(self, sp, Y: int):
-        import highspy                      # lazily: the search works without it
-
         self._setup(sp, Y)
-        self.h = new_highs()
-        self.inf = highspy.kHighsInf
+        self.lp = lp_engines.new_lp("highs")
         self._build()
 
     def _build(self) -> None:
@@ -91,11 +87,11 @@ class ConfigLP(TrajectoryLP):
             self.is_fill, self.t_pa * fw + self.t_pt * self.tokens, 0.0) + np.where(runs, self.t_rq, 0.0)
         self.fw = fw
         self.types = np.flatnonzero(self.type_ok)
-        self.link = [{int(t): self._new_row(-self.inf, 0.0) for t in self.types} for j in range(Y)]
+        self.link = [{int(t): self.lp.add_row(-math.inf, 0.0) for t in self.types} for j in range(Y)]
         self.link_rows = np.array([[self.link[j][int(t)] for t in self.types] for j in range(Y)])
-        self.pick = [self._new_row(1.0, 1.0) for _ in range(Y)]
+        self.pick = [self.lp.add_row(1.0, 1.0) for _ in range(Y)]
         for j in range(Y):          # slack: one unit supplies every item type of batch j
-            self._new_col(_SLACK_S / _UNIT_S, {r: -1.0 for r in self.link[j].values()})
+            self.lp.add_col(_SLACK_S / _UNIT_S, 0.0, math.inf, {r: -1.0 for r in self.link[j].values()})
         # tokens in a batch never exceed M: the lines that are the largest somewhere on 0..M
         n = np.arange(M + 1, dtype=np.float64)
         top = np.argmax([a + b * n for a, b in self.t_lines], axis=0)
@@ -106,7 +102,7 @@ class ConfigLP(TrajectoryLP):
         floor = max(a for a, _ in self.t_lines) + min(self.t_db, self.t_pb)
         for j in range(Y):              # a batch costs at least this: keeps every restricted LP feasible
             self._add_config(j, (), floor)
-        self.convex = {q: self._new_row(self.state[q], self.state[q]) for q in self.starts}
+        self.convex = {q: self.lp.add_row(self.state[q], self.state[q]) for q in self.starts}
         for path in self._unpaused_paths():
             self.add(path)
 
@@ -116,19 +112,11 @@ class ConfigLP(TrajectoryLP):
             return 2 * S + q
         return S + q if move == "fill" and self.resident[q] else q
 
-    def _new_row(self, lb: float, ub: float) -> int:
-        self.h.addRow(lb, ub, 0, np.zeros(0, dtype=np.int32), np.zeros(0))
-        return self.h.getNumRow() - 1
-
-    def _new_col(self, cost: float, coefs: dict) -> None:
-        self.h.addCol(cost, 0.0, self.inf, len(coefs), np.fromiter(coefs, dtype=np.int32, count=len(coefs)),
-                      np.fromiter(coefs.values(), dtype=np.float64, count=len(coefs)))
-
     def add(self, path: _Path) -> None:
         """A column for ``path``: one unit of its item type in each batch it runs or holds in."""
         coefs = {self.link[j][self._type_of(q, move)]: 1.0 for j, q, move in path.moves}
         coefs[self.convex[path.start]] = 1.0
-        self._new_col(0.0, coefs)
+        self.lp.add_col(0.0, 0.0, math.inf, coefs)
 
     def _config_time(self, items: tuple) -> float | None:
         """The exact time (ms) of a batch of ``items`` (item types, repeated); None if it runs nothing."""
@@ -147,21 +135,7 @@ class ConfigLP(TrajectoryLP):
         for t in items:
             row = self.link[j][t]
             coefs[row] = coefs.get(row, 0.0) - 1.0
-        self._new_col(cost, coefs)
-
-    def _resolve(self) -> None:
-        """Re-solve the restricted LP from the last basis (RuntimeError unless HiGHS finds it optimal)."""
-        import highspy
-
-        self.h.run()
-        status = self.h.getModelStatus()
-        if status != highspy.HighsModelStatus.kOptimal:
-            raise RuntimeError(f"ConfigLP (Y={self.Y}): HiGHS returned {self.h.modelStatusToString(status)}")
-        self.row_dual = np.asarray(self.h.getSolution().row_dual)
-
-    @property
-    def value_s(self) -> float:
-        return self.h.getInfo().objective_function_value * _UNIT_S
+        self.lp.add_col(cost, 0.0, math.inf, coefs)
 
     def _duals(self) -> np.ndarray:
         """The linking rows' prices π >= 0 (ms per item), per batch and item type."""

@@ -9,8 +9,9 @@ belongs to the eviction-free class.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
+from infermax.heuristics import describe_scheduler
 from infermax.types import Limits
 
 
@@ -56,12 +57,15 @@ class Policy:
     @classmethod
     def of_scheduler(cls, name: str) -> "Policy":
         """The policy class a registered heuristic belongs to (from its ``describe()``)."""
-        from infermax.schedulers import get_scheduler
+        return cls.from_description(describe_scheduler(name), name)
 
-        d = get_scheduler(name).describe()
+    @classmethod
+    def from_description(cls, d: Mapping[str, Any], name: str = "") -> "Policy":
+        """The policy class of a scheduler that describes itself as ``d`` (``Scheduler.describe()``: its
+        ``hybrid``, ``chunked``, ``eviction_free`` and optional ``P``, ``R_max``)."""
         missing = [k for k in ("hybrid", "chunked", "eviction_free") if k not in d]
         if missing:
-            raise ValueError(f"scheduler {name!r} does not describe {', '.join(missing)}; "
+            raise ValueError(f"scheduler {name or d.get('name')!r} does not describe {', '.join(missing)}; "
                              f"build the Policy by hand")
         return cls(allow_eviction=not d["eviction_free"], hybrid=bool(d["hybrid"]),
                    chunked_prefill=bool(d["chunked"]), P=d.get("P"), R_max=d.get("R_max"))

@@ -3,7 +3,7 @@
 :func:`exact_search` is A* over :class:`.classstate.ClassStateSpace` (the
 states, moves and admissible bound are described there), from "all waiting" to
 "all done", dropping states whose f = g + h cannot beat a known schedule; h is
-raised by the trajectory LP's Lagrangian tables (:mod:`.trajectorylp`) where
+raised by the trajectory LP's Lagrangian tables (:mod:`.trajectorybound`) where
 they are built. It is anytime: stopped early, the least f on the open list (or
 the LP's root bound, if higher) is still a valid lower bound on every schedule.
 It is exponential in the number of requests: on I = O = 16, M = 128 it proves
@@ -25,7 +25,7 @@ from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
 from .objectives import linear_coefficients
 from .policy import Policy
-from .trajectorylp import TrajectoryBound
+from .trajectorybound import TrajectoryBound
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +79,7 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     cut_successors: let :meth:`.classstate.ClassStateSpace.successors` drop batches that cannot beat the
     cutoff before enumerating their evictions, and enumerate only batches leaving one batch fewer when
     no other can beat it (same result; off only to measure what it buys).
-    lp_budget_s: time for the trajectory LP's Lagrangian tables (:mod:`.trajectorylp`), which raise the
+    lp_budget_s: time for the trajectory LP's Lagrangian tables (:mod:`.trajectorybound`), which raise the
     bound of every state by pricing residency (0: none; needs OR-Tools). refine_lp: spend what the
     trajectory LPs leave of that time on configuration LPs (:mod:`.configlp`; needs HiGHS).
     """

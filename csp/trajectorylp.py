@@ -21,7 +21,7 @@ R_max on their own when the optimum needs a request evicted and refilled (three 
 O = 2 under M = 4, R_max = 2 in three batches), and an infeasible restricted LP has no prices. Unlike the class-state bound, the LP prices
 residency: a request that pauses either holds its KV or is evicted and pays its refill. Paths are
 priced by column generation — a shortest path over slots and batches (:meth:`TrajectoryLP.paths`) —
-and the LP is solved by GLOP.
+and the LP is solved by GLOP (:mod:`.backends.lp`).
 
 The prices say more than the root bound. Relaxing every batch row with prices y of the right sign
 leaves one shortest-path problem per request, so for any state s after k batches, and Y in all::
@@ -30,23 +30,22 @@ leaves one shortest-path problem per request, so for any state s after k batches
 
 with V_k(q) the least priced path from slot q at batch k to done by batch Y and φ_j the least
 priced value of batch j's own variables (Lagrangian duality: valid for any such prices, and equal
-to the LP value at the start state once column generation has converged). :class:`TrajectoryBound`
-keeps these tables for every Y a schedule better than the incumbent may have, and
-:meth:`.classstate.ClassStateSpace.bound` takes the least over them, each Y's value no lower than
-the class-state bound for that many batches. The configuration LP (:mod:`.configlp`), which makes
-every batch whole, gives tables of the same form; where it is built, each Y takes the larger.
+to the LP value at the start state once column generation has converged).
+:class:`.trajectorybound.TrajectoryBound` keeps these tables for every Y a schedule better than the
+incumbent may have, and :meth:`.classstate.ClassStateSpace.bound` takes the least over them, each Y's
+value no lower than the class-state bound for that many batches. The configuration LP
+(:mod:`.configlp`), which makes every batch whole, gives tables of the same form; where it is built,
+each Y takes the larger.
 """
 from __future__ import annotations
 
-import importlib.util
-import logging
 import math
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
-log = logging.getLogger(__name__)
+from .backends import lp as lp_engines
 
 _SLACK_S = 1.0          # price of one token of KV overflow (s_j): keeps every restricted LP feasible
 _UNIT_S = 1e-3          # the LP's unit of time
@@ -54,7 +53,7 @@ _UNIT_S = 1e-3          # the LP's unit of time
 
 def is_available() -> bool:
     """GLOP (OR-Tools) is installed."""
-    return importlib.util.find_spec("ortools") is not None
+    return lp_engines.is_available("glop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +69,9 @@ class TrajectoryLP:
     (module docstring)."""
 
     def __init__(self, sp, Y: int):
-        from ortools.linear_solver import pywraplp   # lazily: the search works without it
-
         self._setup(sp, Y)
-        self._build(pywraplp)
+        self.lp = lp_engines.new_lp("glop")
+        self._build()
 
     def _setup(self, sp, Y: int) -> None:
         """The slot layout and the cost model's constants, in the LP's units."""
@@ -94,41 +92,35 @@ class TrajectoryLP:
         self.t_db, self.t_pb, self.t_dk, self.t_pa, self.t_pt, self.t_rq = (
             x / _UNIT_S for x in (sp.db, sp.pb, sp.dk, sp.pa, sp.pt, sp.rq))
 
-    def _build(self, pywraplp) -> None:
-        """Batch variables z, u, v, s and the rows of every batch; one convexity row per starting slot."""
-        sp, Y, M = self.sp, self.Y, self.sp.M
-        solver = self.solver = pywraplp.Solver.CreateSolver("GLOP")
-        inf = solver.infinity()
-        f_max = max(a + b * sp.C for a, b in self.t_lines)
-        self.z = [solver.NumVar(0.0, f_max, f"z{j}") for j in range(Y)]
-        self.u = [solver.NumVar(0.0, 1.0, f"u{j}") for j in range(Y)]
-        self.v = [solver.NumVar(0.0, 1.0, f"v{j}") for j in range(Y)]
-        self.s = [solver.NumVar(0.0, float(M * Y), f"s{j}") for j in range(Y)]
-        over = float(self.num_requests * max(1.0, float(self.L.max(initial=1.0))) + sp.C + sp.P)
-        self.o = [solver.NumVar(0.0, over, f"o{j}") for j in range(Y)]
-        obj = self.obj = solver.Objective()
-        obj.SetMinimization()
-        self.rows: dict[str, list] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
-        self.lines = [[] for _ in self.t_lines]
+    def _build(self) -> None:
+        """Batch variables z, u, v, s, o and the rows of every batch; one convexity row per starting slot."""
+        sp, Y, M, lp = self.sp, self.Y, self.sp.M, self.lp
+        inf, slack = math.inf, _SLACK_S / _UNIT_S
+        # upper bounds of z (the batch's non-attention time), s (KV overflow) and o (token/resident overflow)
+        self.f_max = max(a + b * sp.C for a, b in self.t_lines)
+        self.s_max = float(M * Y)
+        self.o_max = float(self.num_requests * max(1.0, float(self.L.max(initial=1.0))) + sp.C + sp.P)
+        self.z = [lp.add_col(1.0, 0.0, self.f_max, name=f"z{j}") for j in range(Y)]
+        self.u = [lp.add_col(self.t_db, 0.0, 1.0, name=f"u{j}") for j in range(Y)]
+        self.v = [lp.add_col(self.t_pb, 0.0, 1.0, name=f"v{j}") for j in range(Y)]
+        self.s = [lp.add_col(slack, 0.0, self.s_max, name=f"s{j}") for j in range(Y)]
+        self.o = [lp.add_col(slack, 0.0, self.o_max, name=f"o{j}") for j in range(Y)]
+        self.rows: dict[str, list[int]] = {k: [] for k in ("kv", "tok", "fill", "res", "dec", "pre", "one", "alt")}
+        self.lines: list[list[int]] = [[] for _ in self.t_lines]
         has_res = sp.R_max < self.num_requests
         for j in range(Y):
             z, u, v, s, o = self.z[j], self.u[j], self.v[j], self.s[j], self.o[j]
-            obj.SetCoefficient(z, 1.0)
-            obj.SetCoefficient(u, self.t_db)
-            obj.SetCoefficient(v, self.t_pb)
-            obj.SetCoefficient(s, _SLACK_S / _UNIT_S)
-            obj.SetCoefficient(o, _SLACK_S / _UNIT_S)
             self._row("kv", -inf, M, {s: -1.0})
             self._row("tok", -inf, sp.C, {o: -1.0})
             self._row("fill", -inf, sp.P, {o: -1.0})
             self._row("res", -inf, sp.R_max if has_res else inf, {o: -1.0})
             for (a, _), rows in zip(self.t_lines, self.lines):
-                rows.append(self._make(a, inf, {z: 1.0}))
+                rows.append(lp.add_row(a, inf, {z: 1.0}))
             self._row("dec", 0.0, inf, {u: M, s: M})
             self._row("pre", 0.0, inf, {v: M, s: M})
             self._row("one", 1.0, inf, {u: 1.0, v: 1.0})
             self._row("alt", -inf, inf if sp.hybrid else 1.0, {u: 1.0, v: 1.0})
-        self.convex = {q: self._make(self.state[q], self.state[q], {}) for q in self.starts}
+        self.convex = {q: lp.add_row(self.state[q], self.state[q]) for q in self.starts}
         for path in self._unpaused_paths():
             self.add(path)
 
@@ -145,19 +137,12 @@ class TrajectoryLP:
                     break
                 yield _Path(q0, tuple(moves))
 
-    def _make(self, lb: float, ub: float, coefs: dict):
-        row = self.solver.Constraint(lb, ub)
-        for var, a in coefs.items():
-            row.SetCoefficient(var, a)
-        return row
-
     def _row(self, kind: str, lb: float, ub: float, coefs: dict) -> None:
-        self.rows[kind].append(self._make(lb, ub, coefs))
+        self.rows[kind].append(self.lp.add_row(lb, ub, coefs))
 
     def add(self, path: _Path) -> None:
         """A column for ``path``: its KV, tokens and indicators in each batch, its item costs."""
         sp, R = self.sp, self.rows
-        x = self.solver.NumVar(0.0, self.solver.infinity(), "")
         coefs: dict = {}
         cost = 0.0
 
@@ -183,21 +168,19 @@ class TrajectoryLP:
             else:
                 put(R["dec"][j], -L)
                 cost += self.t_dk * L + self.t_rq
-        for row, a in coefs.items():
-            row.SetCoefficient(x, a)
-        self.convex[path.start].SetCoefficient(x, 1.0)
-        self.obj.SetCoefficient(x, cost)
+        coefs[self.convex[path.start]] = 1.0
+        self.lp.add_col(cost, 0.0, math.inf, coefs)
 
     @property
     def value_s(self) -> float:
         """The restricted LP's value (s) after the last solve."""
-        return self.obj.Value() * _UNIT_S
+        return self.lp.objective_value * _UNIT_S
 
     def prices(self) -> tuple[list[float], np.ndarray, np.ndarray, np.ndarray]:
         """From the LP's row prices (signs clipped to valid ones): φ_j per batch and, per batch and slot,
         the priced cost of a decode or fill (``run``), of a refill (residents), of staying."""
-        sp, Y, R = self.sp, self.Y, self.rows
-        dual = lambda row, sign: min(0.0, row.dual_value()) if sign < 0 else max(0.0, row.dual_value())
+        sp, Y, R, rd = self.sp, self.Y, self.rows, self.row_dual
+        dual = lambda row, sign: min(0.0, rd[row]) if sign < 0 else max(0.0, rd[row])
         L, held, res, fw = self.L, self.held, self.resident, self.fill_work
         run = np.empty((Y, len(L)))
         refill = np.empty((Y, len(L)))
@@ -216,12 +199,11 @@ class TrajectoryLP:
             refill[j] = np.where(res, fill_cost, math.inf) if sp.evict else math.inf
             stay[j] = np.where(res, -kv * held - rs, 0.0)
             # batch j's own variables at their least priced values, plus the rows' right-hand sides
-            f_max = self.z[j].ub()
-            own = [(1.0 - sum(ls), f_max), (self.t_db - sp.M * dec - one - alt, 1.0),
+            own = [(1.0 - sum(ls), self.f_max), (self.t_db - sp.M * dec - one - alt, 1.0),
                    (self.t_pb - sp.M * pre - one - alt, 1.0),
-                   (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s[j].ub()),
+                   (_SLACK_S / _UNIT_S + kv - sp.M * (dec + pre), self.s_max),
                    (_SLACK_S / _UNIT_S + tok + fill + (rs if sp.R_max < self.num_requests else 0.0),
-                    self.o[j].ub())]
+                    self.o_max)]
             value = sum(min(0.0, rc) * ub for rc, ub in own)
             value += kv * sp.M + tok * sp.C + fill * sp.P + one + sum(y * a for y, (a, _) in zip(ls, self.t_lines))
             if sp.R_max < self.num_requests:
@@ -273,13 +255,10 @@ class TrajectoryLP:
         return sum(phi) + sum(self.state[q] * V[0, q] for q in self.starts)
 
     def _resolve(self) -> None:
-        """Solve the restricted LP (RuntimeError if GLOP fails with both simplex methods)."""
-        status = self.solver.Solve()
-        if status != self.solver.OPTIMAL:       # GLOP lost its way: once more with the other simplex
-            self.solver.SetSolverSpecificParametersAsString("use_dual_simplex: true")
-            status = self.solver.Solve()
-        if status != self.solver.OPTIMAL:
-            raise RuntimeError(f"{type(self).__name__} (Y={self.Y}): GLOP returned status {status}")
+        """Solve the restricted LP and keep its row duals (RuntimeError unless its engine finds the optimum)."""
+        if not self.lp.solve():
+            raise RuntimeError(f"{type(self).__name__} (Y={self.Y}): {self.lp.ENGINE} returned {self.lp.status}")
+        self.row_dual = self.lp.row_duals()
 
     def solve(self, deadline: float, rel_tol: float = 1e-7) -> tuple[float, list, np.ndarray, bool]:
         """Column generation until no path prices out (or ``deadline``): (bound, φ, V, converged).
@@ -300,7 +279,7 @@ class TrajectoryLP:
                 self.best_prices = (run, refill, stay)
             lp = self.value_s
             added = 0
-            mu = [self.convex[q].dual_value() * _UNIT_S for q in self.starts]   # read all before adding any
+            mu = [self.row_dual[self.convex[q]] * _UNIT_S for q in self.starts]   # read all before adding any
             for q, v, m in zip(self.starts, starts, mu):
                 if v - m < -rel_tol * abs(lp):
                     self.add(self.best_path(q, V, run, refill, stay))
@@ -311,87 +290,3 @@ class TrajectoryLP:
             if time.perf_counter() > deadline:
                 break
         return best[0], best[1], best[2], converged
-
-
-class TrajectoryBound:
-    """Lagrangian tables of the trajectory LP for every batch count a better schedule may have.
-
-    Built for Y = ``y_min``, ``y_min`` + 1, … while the class-state bound for Y batches stays below
-    ``upper_s`` (no schedule with more batches can beat the incumbent) and time is left; a Y not
-    reached is bounded by the class-state bound alone. ``root_bound`` is the least over all Y.
-    With ``refine`` (and the configuration LP applicable, :mod:`.configlp`), the time left then goes to
-    configuration LPs, the Y of least root bound first; each adds its own tables (a state's bound for Y
-    is the largest of its tables') and raises that Y's root bound to its Lagrangian value, converged or
-    not. ``refined``: Y -> (configuration LP bound, converged).
-    """
-
-    def __init__(self, sp, y_min: int, upper_s: float, time_budget_s: float, refine: bool = False):
-        from . import configlp       # it builds on this module
-
-        t0 = time.perf_counter()
-        deadline = t0 + time_budget_s
-        h_of = lambda y: sp.bound_for(sp.start, y, 0)
-        self.tables: dict[int, list[tuple[list[float], list[list[float]]]]] = {}
-        self.root: dict[int, float] = {}
-        self.refined: dict[int, tuple[float, bool]] = {}
-        self._prices: dict = {}          # Y -> the trajectory LP's best item prices (configuration LPs start there)
-        self.is_converged = True
-        self._memo: dict = {}                       # (state, batches spent) -> remaining()
-        Y = first = max(y_min, sp.least_batches(sp.start))
-        while h_of(Y) <= upper_s and time.perf_counter() < deadline:
-            got = self._solve(TrajectoryLP(sp, Y), deadline, h_of)
-            if got is None:
-                break
-            self.is_converged &= got[1]
-            self._prices[Y] = got[2]
-            Y += 1
-        self.y_max = max(self.tables, default=Y - 1)
-        if refine and configlp.is_available() and configlp.applies(sp):
-            while time.perf_counter() < deadline:
-                todo = sorted((r, y) for y, r in self.root.items() if y not in self.refined and r <= upper_s)
-                if not todo:
-                    break
-                y = todo[0][1]
-                got = self._solve(configlp.ConfigLP(sp, y), deadline, h_of, start=self._prices.get(y))
-                self.refined[y] = (-math.inf, False) if got is None else got[:2]
-        self.root_bound = float(min([h_of(max(Y, self.y_max + 1))] +
-                                    [self.root.get(y, h_of(y)) for y in range(first, self.y_max + 1)]))
-        self.wall_s = time.perf_counter() - t0
-
-    def _solve(self, lp, deadline: float, h_of, **kwargs) -> tuple | None:
-        """Solve ``lp`` (a trajectory or configuration LP), keep its tables and raise its Y's root bound:
-        (bound, converged, the prices of its best Lagrangian), or None if the LP solver gave up (the
-        tables built so far stay valid)."""
-        try:
-            bound, phi, V, converged = lp.solve(deadline, **kwargs)
-        except RuntimeError as exc:
-            log.warning("trajectory bound: %s for Y=%d failed: %s", type(lp).__name__, lp.Y, exc)
-            return None
-        if phi is not None:
-            self.tables.setdefault(lp.Y, []).append((np.cumsum(phi[::-1])[::-1].tolist() + [0.0], V.tolist()))
-            self.root[lp.Y] = float(max(bound, h_of(lp.Y), self.root.get(lp.Y, -math.inf)))
-        return float(bound), converged, getattr(lp, "best_prices", None)
-
-    def remaining(self, s: tuple, spent: int, y_left: int, h_of) -> float:
-        """A lower bound on the time left from state ``s`` after ``spent`` batches, with at least ``y_left``
-        batches left: the least over totals Y of max(class-state bound for Y - spent batches,
-        Lagrangian bound for Y); ``h_of(y)`` is the class-state bound for y batches left."""
-        key = (s, spent)
-        best = self._memo.get(key)
-        if best is not None:
-            return best
-        nz = [(q, n) for q, n in enumerate(s) if n]
-        best = h_of(max(y_left, self.y_max + 1 - spent))       # totals past the tables
-        for Y in range(spent + y_left, self.y_max + 1):
-            h = h_of(Y - spent)
-            if h >= best:
-                break                                          # h grows with Y: nothing further is lower
-            for cum, V in self.tables.get(Y, ()):
-                row = V[spent]
-                lag = cum[spent] + sum(n * row[q] for q, n in nz)
-                if lag > h:
-                    h = lag
-            if h < best:
-                best = h
-        self._memo[key] = best
-        return best

@@ -1,6 +1,7 @@
 """Warm starts: the best heuristic schedule, the horizon it implies, and its hint.
 
-A heuristic schedule (any registered scheduler, replayed) is an upper bound UB.
+A heuristic schedule (any registered scheduler's, simulated outside csp by
+:mod:`infermax.heuristics` and replayed here) is an upper bound UB.
 It becomes a complete assignment of every model variable (``assign``), so the
 solver starts from a feasible point — and, as a test, the model must accept it
 with an objective equal to the replayed one. Before that the schedule is
@@ -19,11 +20,11 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
 from infermax.costmodel import CostModel
-from infermax.engine import SchedulerStuckError, simulate
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.state import ScheduleError
@@ -54,38 +55,11 @@ class WarmStart:
 
 
 def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy,
-                    source: "str | Schedule | None", clean: bool, symmetry: str,
-                    deadline: float = math.inf) -> WarmStart | None:
-    """The best valid starting schedule in ``policy``'s class.
-
-    source: "best" tries every registered scheduler and the sequential schedule;
-    a scheduler name tries that one; a Schedule is used as given; None gives
-    only the sequential schedule (still needed for the horizon). Schedulers are
-    tried until ``deadline`` (``time.perf_counter()``) has passed; the sequential
-    schedule always is.
-    """
-    import time
-
-    from infermax.schedulers import available
-
-    candidates: list[tuple[str, Schedule]] = []
-    if isinstance(source, Schedule):
-        candidates.append(("given", source))
-    elif source is not None:
-        names = available() if source == "best" else [source]
-        for name in names:
-            if time.perf_counter() > deadline:
-                log.info("warm start: time is up after %d of %d schedulers", len(candidates), len(names))
-                break
-            try:
-                candidates.append((name, simulate(workload, name, limits, cost).schedule))
-            except (SchedulerStuckError, ScheduleError, ValueError) as exc:
-                if source != "best":      # the one scheduler asked for: an unknown name or a refusal is an error
-                    raise ValueError(f"warm start {source!r}: {exc}") from exc
-                log.info("warm start: scheduler %s failed on this instance (%s)", name, exc)
-    candidates.append(("sequential", sequential_schedule(workload, limits)))
+                    candidates: Sequence[tuple[str, Schedule]], clean: bool) -> WarmStart | None:
+    """The best valid starting schedule in ``policy``'s class among ``candidates`` (name, schedule) and
+    the sequential schedule (always tried: the horizon needs some schedule)."""
     best: WarmStart | None = None
-    for name, sched in candidates:
+    for name, sched in [*candidates, ("sequential", sequential_schedule(workload, limits))]:
         # the replay below judges validity; the policy class needs its own look only when it restricts
         if not policy.is_unconstrained and not respects_policy(sched, workload, limits, cost, policy):
             continue

@@ -11,6 +11,7 @@ functions, each exported from the module (or subpackage) of the same name; those
 modules stay importable by name: ``from infermax.sweep import run_cells``,
 ``from infermax.execute.validation import validate``.
 """
+from . import workload_spec   # installs the grammar behind Workload.from_spec before anything reads a spec
 from . import schedulers
 from .engine import SchedulerStuckError, SimResult, simulate
 from .execute import execute

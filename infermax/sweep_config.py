@@ -6,7 +6,7 @@ commented example)::
     name: fig5                        # optional, a label
     out: fig5.parquet                 # optional; relative to the YAML file (CLI --out overrides)
     workloads:                        # a list of items, or one item
-      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workloads)
+      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workload_spec)
       - grid: {I: [1, 64, 1024], O: [1, 32, 1024], B: [1024]}     # -> fixed:I=..,O=..,B=..
       - template: "mix:{mix},B={B},seed=1"                         # any spec with {fields} ...
         grid: {mix: [LILO+SILO, SISO+LILO], B: [16, 1024]}        # ... filled from a grid

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -23,6 +23,17 @@ from .schedule import MAX_TOKENS, json_kind, load_json, show_json
 #: limits (M, C, P, R_max) stay below 2^53: exact as floats (the MILP's numbers) and as int64 sums
 MAX_LIMIT = 2**53
 MAX_ID = 2**63 - 1
+
+
+#: reads workload spec strings for ``Workload.from_spec``: the grammar (:mod:`.workload_spec`) builds Workloads,
+#: so it registers itself here on import instead of being imported by the type it builds
+_spec_reader: "Callable[[str], Workload] | None" = None
+
+
+def register_spec_reader(read: "Callable[[str], Workload]") -> None:
+    """Install ``read(spec) -> Workload`` as the reader behind ``Workload.from_spec`` (replacing any)."""
+    global _spec_reader
+    _spec_reader = read
 
 
 def _bound_text(bound: int) -> str:
@@ -270,11 +281,11 @@ class Workload:
     def from_spec(cls, spec: str) -> "Workload":
         """Build a workload from a spec string, e.g. ``"fixed:I=64,O=32,B=1024"``.
 
-        See :mod:`infermax.workloads` for the grammar.
+        See :mod:`infermax.workload_spec` for the grammar (importing ``infermax`` installs it).
         """
-        from .workloads import workload_from_spec
-
-        return workload_from_spec(spec)
+        if _spec_reader is None:
+            raise RuntimeError("no workload spec reader is installed; import infermax.workload_spec")
+        return _spec_reader(spec)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "requests": [r.to_dict() for r in self.requests]}

@@ -16,7 +16,8 @@ from infermax.csp import configlp
 from infermax.csp.batchtable import RemainingBatches
 from infermax.csp.classstate import ClassStateSpace, classes_of
 from infermax.csp.search import exact_search, is_applicable, pilot_search
-from infermax.csp.trajectorylp import TrajectoryBound, TrajectoryLP, is_available
+from infermax.csp.trajectorybound import TrajectoryBound
+from infermax.csp.trajectorylp import TrajectoryLP, is_available
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="OR-Tools (GLOP) is not installed")
 NO_CHUNK = Policy(chunked_prefill=False)
