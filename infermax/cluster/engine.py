@@ -216,6 +216,7 @@ class ClusterEngine:
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._next_arrival = math.inf
+        self._now = 0.0                                # the time of the event being processed
 
     # --- the heap ----------------------------------------------------------------------------
     def _push(self, t: float, kind: int, payload: Any) -> None:
@@ -223,8 +224,8 @@ class ClusterEngine:
         heapq.heappush(self._heap, (t, self._seq, kind, payload))
 
     def _wake(self, r: int) -> None:
-        """Put replica r on the heap if it has work and no gang holds it."""
-        if not self.in_heap[r] and not self.held[r] and self.runners[r].state.has_work:
+        """Put replica r on the heap if it has work and no gang holds it (decode replicas run on demand)."""
+        if not self.in_heap[r] and not self.held[r] and not self.decode_pool[r] and self.runners[r].state.has_work:
             self.in_heap[r] = True
             self._push(self.runners[r].state.clock_s, _REPLICA, r)
 
@@ -253,6 +254,14 @@ class ClusterEngine:
     def _accepts(self, r: int) -> bool:
         st = self.runners[r].state    # active = waiting + running: none waits when all of it runs
         return st.pending.size == 0 and st.active.size == st.num_running
+
+    def _may_take(self, r: int, queue: list[int]) -> bool:
+        """Whether accepting replica r could take something from the queue: a short request (if no gang holds
+        r, or the policy lets short requests onto gangs), or a long one (if r is free to join a gang)."""
+        free = self.gang_of[r] < 0
+        if free and self.eligible_long[r]:
+            return True
+        return (free or not self.pol.exclusive) and not self.on_gang[queue].all()
 
     def _accepting(self) -> np.ndarray:
         """Replicas with no request waiting to start (their local queue holds running requests only)."""
@@ -520,6 +529,8 @@ class ClusterEngine:
         qt = None
         for i in st.handoffs:
             if qt is None:
+                for d in np.flatnonzero(self.decode_pool):
+                    self._advance(int(d), self._now)
                 qt = self.queue_tokens()
             dst = shortest_queue(qt, self.decode_pool)
             I = int(self.workload.input_lens[i])
@@ -539,8 +550,28 @@ class ClusterEngine:
             self._push(arrive, _MIGRATE, (int(i), int(dst)))
         st.handoffs.clear()
 
+    def _advance(self, r: int, t: float) -> None:
+        """Run decode replica r's batches that start before ``t``.
+
+        A decode replica receives work only by migrations, and nothing else depends on its progress but
+        the choice of a migration's destination; so it runs on demand — up to a migration's arrival,
+        up to the time a destination is chosen, and to the end — in fast-forwarded runs bounded by that
+        time, instead of one batch per event of the whole cluster."""
+        runner = self.runners[r]
+        st = runner.state
+        st.horizon_s = None if t == math.inf else t
+        while st.has_work and st.clock_s < t:
+            if runner.step():
+                continue
+            own = st.next_arrival_s
+            if st.pending.size and own is not None and own < t:
+                runner.wait_until(own)
+                continue
+            break
+
     def _arrive(self, i: int, dst: int, t: float) -> None:
         runner = self.runners[dst]
+        self._advance(dst, t)
         self.inflight[dst] -= int(self.workload.output_lens[i]) - 1
         if runner.state.clock_s < t and not runner.state.has_work:
             runner.wait_until(t)
@@ -562,6 +593,9 @@ class ClusterEngine:
             t_arr = float(arrivals[order[k]]) if k < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
             if t_arr == math.inf and t_ev == math.inf:
+                if not queue:
+                    for d in np.flatnonzero(self.decode_pool):
+                        self._advance(int(d), math.inf)
                 if not queue and self._finished():
                     break
                 if queue:
@@ -577,6 +611,7 @@ class ClusterEngine:
                 raise SchedulerStuckError(f"cluster: replicas {stuck[:5]} and gangs of requests {waiting[:5]} hold "
                                           f"unfinished work but nothing is scheduled and nothing arrives")
             if t_arr <= t_ev:                      # arrivals first at equal times (the simulator admits them)
+                self._now = t_arr
                 while k < n and float(arrivals[order[k]]) <= t_arr:
                     queue.append(int(order[k]))
                     k += 1
@@ -584,6 +619,7 @@ class ClusterEngine:
                 self._dispatch(queue, t_arr)
                 continue
             t, _, kind, payload = heapq.heappop(heap)
+            self._now = t
             if kind == _GANG:
                 self._gang_step_done(payload[0], payload[1], t)
                 if queue:
@@ -597,7 +633,7 @@ class ClusterEngine:
             if self.held[r]:
                 continue                              # a gang holds it; it is woken when released
             runner = self.runners[r]
-            if queue and self._accepts(r) and (self.gang_of[r] < 0 or not self.pol.exclusive):
+            if queue and self._accepts(r) and self._may_take(r, queue):
                 # only a replica that may take work can unblock the queue
                 self._dispatch(queue, t)
                 if self.held[r]:
