@@ -638,7 +638,9 @@ class ClusterEngine:
                 self._dispatch(queue, t)
                 if self.held[r]:
                     continue
-            nxt = min(self._next_arrival, heap[0][0] if heap else math.inf)
+            # the next time anything may be dispatched here: only arrivals fill the queue, so with an empty
+            # queue the next arrival; otherwise any event (a replica freed, a gang done) may dispatch
+            nxt = min(self._next_arrival, heap[0][0] if heap and queue else math.inf)
             runner.state.horizon_s = None if nxt == math.inf else nxt
             if runner.step():
                 self._handoffs(r)
