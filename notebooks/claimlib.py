@@ -251,6 +251,14 @@ def registrar(claims: list[Claim], paper: str, notebook: str | None = None):
     return claim
 
 
+def select(df: pd.DataFrame, column: str, value: str, index: str) -> pd.DataFrame:
+    """The rows of ``df`` whose ``column`` is ``value``, indexed by ``index`` (:class:`Missing` if none)."""
+    out = df[df[column] == value].set_index(index)
+    if out.empty:
+        raise Missing(value)
+    return out
+
+
 def wide(df: pd.DataFrame, metric: str, index, columns="policy") -> pd.DataFrame:
     """``metric`` pivoted to ``index`` x ``columns`` (raises :class:`Missing` when there are no such cells)."""
     out = df.pivot_table(index=index, columns=columns, values=metric)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from claimlib import Claim, Effect, Missing, Ordering, Ours, Share, fmt_factor, registrar
+from claimlib import Claim, Effect, Ordering, Ours, Share, fmt_factor, registrar, select
 
 CLAIMS: list[Claim] = []
 NB8 = "08_pecsched_cluster"
@@ -18,10 +18,7 @@ pecsched = registrar(CLAIMS, paper="PecSched", notebook=NB8)
 
 
 def _model(df: pd.DataFrame, model: str) -> pd.DataFrame:
-    out = df[df["model"] == model].set_index("policy")
-    if out.empty:
-        raise Missing(model)
-    return out
+    return select(df, "model", model, "policy")
 
 
 def _ratio(model: str, metric: str, num: str, den: str, unit: str):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, Share, cells, fmt_factor, registrar
+from claimlib import Claim, Effect, Near, Ordering, Ours, Share, cells, fmt_factor, registrar, select
 
 CLAIMS: list[Claim] = []
 NB7 = "07_long_context"
@@ -20,10 +20,7 @@ pecsched = registrar(CLAIMS, paper="PecSched", notebook=NB7)
 
 
 def runs(df: pd.DataFrame, experiment: str) -> pd.DataFrame:
-    out = df[df["experiment"] == experiment].set_index("scheduler")
-    if out.empty:
-        raise Missing(experiment)
-    return out
+    return select(df, "experiment", experiment, "scheduler")
 
 
 # Medha: the paper's headline is against LoongServe, which we do not have
