@@ -25,7 +25,7 @@ import numpy as np
 
 from .lsq import relative_lsq
 from .profiles import ProfileFormatError, load_network_profile
-from .specs import GpuSpec, get_gpu_spec
+from .specs import GPUS, GpuSpec, get_gpu_spec
 
 DEFAULT_LATENCY_S = 10e-6
 
@@ -53,6 +53,8 @@ class CommModel:
 
     gpu: GpuSpec
     fitted: dict[tuple[str, int, int], CollectiveLine] = field(default_factory=dict)
+    #: a network collective's ring step over one send/recv of the same bytes (1: the bare transfer)
+    network_step_factor: float = 1.0
 
     def _link_bw(self, intra_node: bool) -> float:
         return self.gpu.nvlink_bandwidth if intra_node else self.gpu.network_bandwidth
@@ -83,20 +85,76 @@ class CommModel:
             return float(line.time_s(num_bytes))
         return DEFAULT_LATENCY_S + num_bytes / self._link_bw(intra_node)
 
+    def placed_collective_s(self, collective: str, num_bytes: float, num_workers: int,
+                            workers_per_node: int) -> float:
+        """``all_reduce`` of ``num_bytes`` per GPU, or ``all_gather`` of ``num_bytes`` in total, among
+        ``num_workers`` GPUs placed ``workers_per_node`` to a node (e.g. one per node: KVP's merge).
 
-def fit_comm_model(gpu: "str | GpuSpec", node: "str | Path | None" = None) -> CommModel:
-    """Fit every measured collective of ``node`` (default: the packaged ``<gpu>_dgx`` profile)."""
-    g = get_gpu_spec(gpu)
+        A measured line of that exact shape is used as is (an all-gather as half an all-reduce).
+        Otherwise, when the group leaves its node, the ring algorithm over the network: 2(N−1) steps
+        for an all-reduce, N−1 for an all-gather, each step the *measured* inter-node send/recv of
+        S/N bytes (Vidur's ``send_recv`` at one GPU per node: ≈ 19 µs latency on H100, 28 µs on
+        A100) times :attr:`network_step_factor`, what a collective's step costs beyond the bare
+        transfer (NCCL's synchronisation and reduction), read off the one multi-node collective
+        measured with one GPU per node (:func:`measured_network_step_factor`).
+        Inside a node without a measurement: :meth:`all_reduce_s` / :meth:`gather_like_s`.
+        """
+        if collective not in ("all_reduce", "all_gather"):
+            raise ValueError(f"collective must be 'all_reduce' or 'all_gather', got {collective!r}")
+        if num_workers <= 1:
+            return 0.0
+        per_node = max(1, min(workers_per_node, num_workers))
+        line = self.fitted.get(("all_reduce", num_workers, per_node))
+        if line is not None:
+            share = 1.0 if collective == "all_reduce" else 0.5
+            return float(line.latency_s + line.per_byte_s * num_bytes * share)
+        if per_node >= num_workers:
+            if collective == "all_reduce":
+                return self.all_reduce_s(num_bytes, num_workers, intra_node=True)
+            return self.gather_like_s(num_bytes, num_workers, intra_node=True)
+        steps = (num_workers - 1) * (2 if collective == "all_reduce" else 1)
+        return steps * self.network_step_factor * self.send_recv_s(num_bytes / num_workers, intra_node=False)
+
+
+def _fit_node(node: "str | Path") -> dict[tuple[str, int, int], CollectiveLine]:
     fitted: dict[tuple[str, int, int], CollectiveLine] = {}
     for collective in ("all_reduce", "send_recv"):
         try:
-            profile = load_network_profile(node if node is not None else g.name, collective)
+            profile = load_network_profile(node, collective)
         except ProfileFormatError:
             continue
         for workers, per_node in profile.configurations():
             size, time_s = profile.select(workers, per_node)
             fitted[(collective, workers, per_node)] = fit_collective(size, time_s)
-    return CommModel(g, fitted)
+    return fitted
+
+
+def _step_factor(fitted: dict[tuple[str, int, int], CollectiveLine]) -> float | None:
+    """Measured 2-node all-reduce (one GPU per node: two ring steps of S/2 bytes) over two
+    send/recvs of S/2 on the same network, compared by latency (the regime of small collectives)."""
+    ar, sr = fitted.get(("all_reduce", 2, 1)), fitted.get(("send_recv", 2, 1))
+    if ar is None or sr is None or sr.latency_s <= 0:
+        return None
+    return max(1.0, ar.latency_s / (2 * sr.latency_s))
+
+
+@lru_cache(maxsize=1)
+def measured_network_step_factor() -> float:
+    """:attr:`CommModel.network_step_factor` of a node whose profile lacks a multi-node collective:
+    the first packaged profile that has one (Vidur's A100 DGX: 72.5 µs / (2 · 27.9 µs) ≈ 1.30), else 1."""
+    for name in GPUS:
+        factor = _step_factor(_fit_node(name))
+        if factor is not None:
+            return factor
+    return 1.0
+
+
+def fit_comm_model(gpu: "str | GpuSpec", node: "str | Path | None" = None) -> CommModel:
+    """Fit every measured collective of ``node`` (default: the packaged ``<gpu>_dgx`` profile)."""
+    g = get_gpu_spec(gpu)
+    fitted = _fit_node(node if node is not None else g.name)
+    factor = _step_factor(fitted) if fitted else 1.0
+    return CommModel(g, fitted, factor if factor is not None else measured_network_step_factor())
 
 
 @lru_cache(maxsize=8)

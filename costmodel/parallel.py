@@ -24,13 +24,45 @@ With N = Σc tokens, L layers, d hidden, b bytes per value (elements → bytes):
   bias is also / s); ``ring`` rotates K and V, (s−1)·Σ_prefill(m+c)·2·h_kv·d_h,
   overlapped with the prefill attention it feeds: that term becomes
   max(attention / s, rotation).
-- KVP (degree k, medha Eq. 5–6): attention slopes / k; the partial outputs (and
-  log-sum-exps) of the N queries are all-gathered to be merged: each GPU
-  receives (k−1)·N·h_q/t·(d_h + 1)·b bytes per layer.
+- KVP (degree k, medha Eq. 5–6): only the attention slopes are divided by k (the
+  linear layers, the per-batch attention launch and the TP all-reduces run whole
+  on every KVP group: the query is replicated, not sharded). Every layer then
+  merges the N queries' partial attention over the k groups (:func:`kvp_merge_s`):
+  an all-gather of the log-sum-exps and an all-reduce of the rescaled partial
+  outputs, N·h_q/t·d_h·b bytes. Those are tiny, so their *latency* is the cost:
+  with tp·pp·sp filling a node, the k ranks sit on k nodes and each collective is
+  a ring over the network, each step the measured inter-node send/recv (Vidur)
+  times the measured collective-step overhead (:meth:`CommModel.placed_collective_s`).
+
+Calibration against medha.txt (Llama-3 8B on H100, TP 8; the model ``scaled:h100/
+llama3-8b``, Vidur's H100 Llama-2-7B fit moved to Llama-3 8B by the roofline ratio;
+``roofline:`` uses unmeasured, bandwidth-bound communication and is a lower bound):
+
+=====================================  =========  ===============  ==============  =========
+quantity                               paper      before (scaled)  after (scaled)  roofline
+=====================================  =========  ===============  ==============  =========
+TPOT, KVP 1→4, 4M tokens (SPP 4)       1.7×       2.89×            1.70×           2.32×
+TPOT, KVP 1→4, 10M tokens (SPP 4)      2.5×       3.43×            2.54×           3.07×
+TPOT, KVP 1→2, 10M tokens              ≈1.67×     1.89×            1.78×           1.88×
+TPOT at 10M, KVP 2                     ≈33 ms     34.8 ms          36.8 ms         26.6 ms
+TTFT scaling efficiency, SPP 16, 1M    80 %+      87 %             87 %            84 %
+TTFT scaling efficiency, SPP 16, 10M   80 %+      98 %             98 %            98 %
+decode at 2M, SPP 1 → 16 (Fig. 10)     marginal   +1.9 %           +1.9 %          +1.4 %
+=====================================  =========  ===============  ==============  =========
+
+(``a100/llama3-8b``, the issue's 2.6×/3.3×, now gives 1.77× and 2.59×.) The cause of
+the old optimism: the merge was one all-gather timed as if the k ranks shared a node
+pair (10 µs analytic latency on H100, ≈ 0.3 ms a token over 32 layers) where the
+paper's ranks sit on k nodes; three network ring steps for the all-gather and six
+for the all-reduce, ≈ 220 µs a layer at k = 4, are ≈ 7 ms a token, comparable to
+the 6 ms of attention over 1M tokens they save. KVP therefore *costs* TPOT below ≈
+2M tokens (0.80× at 1M for k = 4), as the paper says ("we use KVP only for longer
+context lengths"). SPP's TTFT (:func:`spp_prefill_ttft_s`, 4K chunks) did not change.
 
 Collectives are timed by communication.CommModel: ``gather_like_s(S, n)`` is
 an all-gather of a tensor of S bytes (each GPU receives (n−1)/n of it).
-SP and KVP groups use NVLink when the replica fits in a node, else the network.
+SP groups use NVLink when the replica fits in a node, else the network; KVP's merge
+is placed by :func:`kvp_workers_per_node`.
 """
 from __future__ import annotations
 
@@ -45,6 +77,7 @@ from .linear import LinearCoefficients, LinearCostModel
 from .specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
 SpKind = Literal["ring", "ulysses", "megatron"]
+LSE_BYTES = 4          # log-sum-exps travel in fp32
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,13 +171,37 @@ def parallel_coefficients(base: LinearCoefficients, parallel: ParallelConfig, mo
     if p.kvp > 1:
         k = dataclasses.replace(k, decode_kv_s=k.decode_kv_s / p.kvp, prefill_attn_s=k.prefill_attn_s / p.kvp,
                                 prefill_token_s=k.prefill_token_s / p.kvp)
-        q_bytes = model.num_heads / p.tp * (model.head_dim + 1) * b
-        kvp_intra = p.num_gpus <= gpu.gpus_per_node
-        k = _add_linear_comm(k, lambda n: L * comm.gather_like_s(p.kvp * n * q_bytes, p.kvp, intra_node=kvp_intra))
+        k = _add_linear_comm(k, lambda n: L * kvp_merge_s(n, p, model, gpu, comm))
     if p.pp > 1:
         pp_intra = p.num_gpus <= gpu.gpus_per_node
         k = _add_linear_comm(k, lambda n: (p.pp - 1) * comm.send_recv_s(n * d * b, intra_node=pp_intra))
     return k
+
+
+def kvp_workers_per_node(parallel: ParallelConfig, gpu: GpuSpec) -> int:
+    """GPUs of one KVP merge group (the k ranks holding the same TP rank and stage) on one node:
+    the k KVP groups of tp·pp·sp GPUs each are packed onto nodes in turn."""
+    group = parallel.tp * parallel.pp * parallel.sp
+    return max(1, min(parallel.kvp, gpu.gpus_per_node // group))
+
+
+def kvp_merge_s(num_tokens: float, parallel: ParallelConfig, model: ModelSpec, gpu: GpuSpec, comm: CommModel) -> float:
+    """One layer's KVP merge of the partial attention of ``num_tokens`` queries (medha §3.4, T_comm^kvp).
+
+    Each of the k ranks holds, per query and per local head (h_q/t), a partial output (d_h values)
+    and its log-sum-exp. The merge is two collectives over the k ranks, as KV-parallel decoders do it
+    (vLLM's decode context parallelism: ``cp_lse_ag_out_rs``): all-gather the log-sum-exps (fp32),
+    rescale locally, all-reduce the rescaled outputs. Small, so latency-bound: on a multi-node plan
+    each collective crosses the network once per ring step (:meth:`CommModel.placed_collective_s`).
+    """
+    k = parallel.kvp
+    if k <= 1:
+        return 0.0
+    heads = model.num_heads / parallel.tp
+    per_node = kvp_workers_per_node(parallel, gpu)
+    lse = comm.placed_collective_s("all_gather", k * num_tokens * heads * LSE_BYTES, k, per_node)
+    out = comm.placed_collective_s("all_reduce", num_tokens * heads * model.head_dim * model.dtype_bytes, k, per_node)
+    return lse + out
 
 
 def _add_linear_comm(k: LinearCoefficients, time_of_tokens) -> LinearCoefficients:
@@ -205,6 +262,27 @@ class ParallelCostModel(LinearCostModel):
 def spp_prefill_time_s(prefill_time_s: float, num_tokens: int, chunk: int, spp: int, comm_per_chunk_s: float) -> float:
     """medha Eq. 4: T_p^spp(n, c) ≈ T_p(n, c)/p_spp + T_comm^pp(c)·n/c."""
     return prefill_time_s / spp + comm_per_chunk_s * num_tokens / chunk
+
+
+def spp_prefill_ttft_s(cost: ParallelCostModel, prompt_tokens: int, chunk_tokens: int) -> float:
+    """TTFT of one prompt prefilled alone in chunks through the pp stages (SPP, medha §3.3, Fig. 8):
+    chunk j + 1 enters stage 1 as soon as chunk j leaves it. With s_j the stage time of chunk j
+    (:meth:`ParallelCostModel.stage_time`: its compute / p plus one send/recv), the finish time of
+    chunk j at stage q is C(j, q) = max(C(j − 1, q), C(j, q − 1)) + s_j; the TTFT is C(last, p).
+    At p = 1 it is the sum of the chunks' batch times; for long prompts (s_j growing with the
+    cached KV) it tends to Σ s_j + (p − 1)·s_last ≈ T_p / p (Eq. 4)."""
+    if prompt_tokens < 1 or chunk_tokens < 1:
+        raise ValueError(f"prompt_tokens and chunk_tokens must be >= 1, got {prompt_tokens!r}, {chunk_tokens!r}")
+    starts = np.arange(0, prompt_tokens, chunk_tokens)
+    sizes = np.minimum(chunk_tokens, prompt_tokens - starts)
+    prefill = np.zeros(1, dtype=bool)
+    stage = np.array([cost.stage_time(np.array([c]), np.array([m]), prefill) for c, m in zip(sizes, starts)])
+    finish = np.zeros(len(stage))                     # C(·, q − 1); stage 0 is free from the start
+    before = np.concatenate(([0.0], np.cumsum(stage)))
+    for _ in range(cost.parallel.pp):
+        # C(j, q) = S_j + max_{i ≤ j}(C(i, q − 1) − S_{i−1}), S the prefix sums of s
+        finish = before[1:] + np.maximum.accumulate(finish - before[:-1])
+    return float(finish[-1])
 
 
 def kvp_decode_time_s(decode_time_s: float, attention_time_s: float, kvp: int, comm_s: float) -> float:

@@ -10,8 +10,9 @@ from infermax.costmodel import LinearCoefficients, ParallelConfig, get_cost_mode
 from infermax.costmodel.communication import (CollectiveLine, CommModel, megatron_sp_attention_volume,
                                               ring_attention_volume, sp_ntp_crossover_length, sp_ntp_volume,
                                               sp_tp_volume, ulysses_sp_attention_volume)
-from infermax.costmodel.parallel import (ParallelCostModel, kv_migration_time_s, kvp_decode_time_s,
-                                         parallel_kv_capacity_tokens, spp_prefill_time_s)
+from infermax.costmodel.parallel import (ParallelCostModel, kv_migration_time_s, kvp_decode_time_s, kvp_merge_s,
+                                         kvp_workers_per_node, parallel_kv_capacity_tokens, spp_prefill_time_s,
+                                         spp_prefill_ttft_s)
 from infermax.costmodel.specs import GPUS, MODELS, kv_capacity_tokens
 
 SPEC, GPU = MODELS["llama2-7b"], GPUS["a100"]
@@ -86,8 +87,11 @@ def test_kvp_follows_medha_eq5():
     tokens, kv, is_decode = np.ones(64, np.int64), np.full(64, 100_000), np.ones(64, bool)
     attention = k.decode_bias_s + k.decode_kv_s * float((kv + 1).sum())
     total = float(k.nonattention_s(64)) + attention
-    q_bytes = SPEC.num_heads * (SPEC.head_dim + 1) * 2
-    comm = SPEC.num_layers * (1e-5 + 3 * 64 * q_bytes / GPU.nvlink_bandwidth)   # each GPU receives 3 partials
+    heads = SPEC.num_heads
+    # one node: all-gather of 64·heads fp32 log-sum-exps from 4 GPUs, all-reduce of the 64·heads·d_h outputs
+    lse = 1e-5 + 3 / 4 * 4 * 64 * heads * 4 / GPU.nvlink_bandwidth
+    out = 1e-5 + 2 * 3 / 4 * 64 * heads * SPEC.head_dim * 2 / GPU.nvlink_bandwidth
+    comm = SPEC.num_layers * (lse + out)
     # Eq. 5: T_attn / p + (T - T_attn) + T_comm (the per-batch bias is launch overhead, not split)
     expected = kvp_decode_time_s(total, attention - k.decode_bias_s, 4, comm)
     assert kvp.batch_time(tokens, kv, is_decode) == pytest.approx(expected, rel=1e-9)
@@ -191,3 +195,107 @@ def test_sp_communication_is_the_paper_volume_over_the_link(kind, tp):
     # each TP group all-reduces the activations of its own N/s tokens
     tp_all_reduce = 2 * L * 2 * (tp - 1) / tp * (n / s) * SPEC.hidden_size * b / GPU.nvlink_bandwidth
     assert difference == pytest.approx(L * volume * b / s / GPU.nvlink_bandwidth + tp_all_reduce, rel=1e-6)
+
+
+# --- Medha's KVP and SPP: the mechanisms behind Figs. 9–11 ---------------------------------------
+
+H100, LLAMA3 = GPUS["h100"], MODELS["llama3-8b"]
+DECODE = np.array([1]), np.array([True])
+
+
+def _tpot(cost, context_tokens: int) -> float:
+    return cost.batch_time(DECODE[0], np.array([context_tokens]), DECODE[1])
+
+
+def _medha_3d(kvp: int):
+    """Fig. 11's plan: Llama-3 8B, TP 8, SPP 4, KVP k on H100 (fitted H100 collectives)."""
+    return get_cost_model("scaled:h100/llama3-8b@tp=8,pp=4" + (f",kvp={kvp}" if kvp > 1 else ""))
+
+
+def test_kvp_merge_crosses_the_network_once_groups_fill_nodes():
+    comm = CommModel(H100)
+    assert kvp_workers_per_node(ParallelConfig(tp=8, pp=4, kvp=4), H100) == 1
+    assert kvp_workers_per_node(ParallelConfig(tp=2, kvp=4), H100) == 4
+    assert kvp_workers_per_node(ParallelConfig(tp=4, kvp=4), H100) == 2
+    spread = kvp_merge_s(1, ParallelConfig(tp=8, pp=4, kvp=4), LLAMA3, H100, comm)
+    packed = kvp_merge_s(1, ParallelConfig(tp=2, kvp=4), LLAMA3, H100, comm)
+    # latency-bound: 3 ring steps (all-gather) + 6 (all-reduce), each at least one network send/recv
+    assert spread >= 9 * comm.send_recv_s(0.0, intra_node=False) and spread > packed
+    assert kvp_merge_s(1, ParallelConfig(tp=8, kvp=1), LLAMA3, H100, comm) == 0.0
+
+
+def test_placed_collective_uses_a_measured_shape_and_else_rings_the_measured_send_recv():
+    comm = get_cost_model("a100/llama2-7b@tp=8").comm
+    line = comm.fitted[("all_reduce", 2, 1)]
+    assert comm.placed_collective_s("all_reduce", 1e6, 2, 1) == pytest.approx(line.time_s(1e6))
+    step = comm.network_step_factor * comm.send_recv_s(1e6 / 4, intra_node=False)
+    assert comm.network_step_factor > 1                                  # a collective step > a bare transfer
+    assert comm.placed_collective_s("all_reduce", 1e6, 4, 1) == pytest.approx(6 * step)
+    assert comm.placed_collective_s("all_gather", 1e6, 4, 1) == pytest.approx(3 * step)
+    with pytest.raises(ValueError, match="collective"):
+        comm.placed_collective_s("broadcast", 1.0, 2, 1)
+
+
+def test_kvp_divides_only_attention_and_pays_the_merge_every_step():
+    """Eq. 5 term by term: T(k) = T(1) − attention·(1 − 1/k) + L·merge(k)."""
+    one, four = _medha_3d(1), _medha_3d(4)
+    k1, k4 = one.coefficients, four.coefficients
+    assert k4.decode_kv_s == pytest.approx(k1.decode_kv_s / 4) and k4.decode_bias_s == k1.decode_bias_s
+    n = 4_000_000
+    attention = k1.decode_kv_s * (n + 1)
+    merge = LLAMA3.num_layers * kvp_merge_s(1, four.parallel, LLAMA3, H100, four.comm)
+    assert merge > 0
+    assert _tpot(four, n) == pytest.approx(_tpot(one, n) - attention * 3 / 4 + merge, rel=1e-6)
+
+
+def test_kvp_speedup_is_below_its_degree_and_grows_with_context():
+    """Amdahl (medha §3.5): the linear layers, TP all-reduces and the merge do not shrink with k."""
+    one, two, four = _medha_3d(1), _medha_3d(2), _medha_3d(4)
+    speedups = []
+    for n in (1_000_000, 2_000_000, 4_000_000, 10_000_000):
+        s2, s4 = _tpot(one, n) / _tpot(two, n), _tpot(one, n) / _tpot(four, n)
+        assert s2 < 2 and s4 < 4
+        speedups.append(s4)
+    assert speedups == sorted(speedups)
+    assert speedups[0] < 1 < speedups[-1]        # short contexts: the merge costs more than it saves
+
+
+def test_spp_ttft_speedup_is_below_stages_and_tends_to_stages_for_long_prompts():
+    base = "roofline:h100/llama3-8b@tp=8"
+    efficiency = {}
+    for n in (131_072, 1_048_576):
+        single = spp_prefill_ttft_s(get_cost_model(base), n, 4096)
+        for p in (2, 8):
+            speedup = single / spp_prefill_ttft_s(get_cost_model(f"{base},pp={p}"), n, 4096)
+            assert 1 < speedup < p
+            efficiency[n, p] = speedup / p
+    assert efficiency[1_048_576, 8] > efficiency[131_072, 8] and efficiency[1_048_576, 8] > 0.8
+
+
+def test_spp_ttft_is_the_chunk_sum_at_one_stage_and_one_pass_for_one_chunk():
+    one = _linear_model(ParallelConfig())
+    pf = np.array([False])
+    chunks = sum(one.batch_time(np.array([c]), np.array([m]), pf) for m, c in ((0, 4096), (4096, 4096), (8192, 1808)))
+    assert spp_prefill_ttft_s(one, 10_000, 4096) == pytest.approx(chunks, rel=1e-12)
+    pp4 = _linear_model(ParallelConfig(pp=4))
+    assert spp_prefill_ttft_s(pp4, 100, 4096) == pytest.approx(4 * pp4.stage_time(np.array([100]), np.array([0]), pf))
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        spp_prefill_ttft_s(pp4, 100, 0)
+
+
+def test_spp_decode_pays_one_hop_per_stage_only():
+    """Fig. 10: decode passes every stage once; only the (p − 1) send/recvs are added."""
+    one = get_cost_model("scaled:h100/llama3-8b@tp=8")
+    sixteen = get_cost_model("scaled:h100/llama3-8b@tp=8,pp=16")
+    base, piped = _tpot(one, 2_000_000), _tpot(sixteen, 2_000_000)
+    hop = sixteen.comm.send_recv_s(LLAMA3.hidden_size * LLAMA3.dtype_bytes, intra_node=False)
+    assert piped == pytest.approx(base + 15 * hop, rel=1e-6) and piped < 1.05 * base
+
+
+@pytest.mark.slow
+def test_medha_fig11_kvp_ratios_within_the_effect_tolerance():
+    """Fig. 11 (Llama-3 8B, TP 8, SPP 4, H100): KVP 1→4 cuts TPOT 1.7× at 4M, 2.5× at 10M (±25 % of the effect)."""
+    one, four = _medha_3d(1), _medha_3d(4)
+    for n, paper in ((4_000_000, 1.7), (10_000_000, 2.5)):
+        ours = _tpot(one, n) / _tpot(four, n)
+        assert abs((ours - 1) - (paper - 1)) <= 0.25 * (paper - 1), (n, ours)
