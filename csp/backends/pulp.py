@@ -56,11 +56,20 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     left = max(0.05, float(time_limit_s) - (time.perf_counter() - t0))
     solver = pulp.PULP_CBC_CMD(msg=bool(log), timeLimit=left, gapRel=solver_rel, gapAbs=solver_abs,
                                threads=threads, warmStart=bool(milp.hint))
-    prob.solve(solver)
+    started = time.perf_counter()
+    try:
+        prob.solve(solver)
+    except pulp.PulpSolverError as e:
+        # CBC stopped by its time limit may leave no solution file; out of time that is "unknown", not an error
+        if time.perf_counter() - started < 0.9 * left:
+            raise
+        facts["pulp_error"] = str(e)
+        return SolveResult("unknown", None, None, None, time.perf_counter() - t0, NAME, facts)
     wall = time.perf_counter() - t0
     sol = prob.sol_status
     facts["pulp_status"], facts["pulp_sol_status"] = pulp.LpStatus[prob.status], int(sol)
-    if sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible:
+    out_of_time = time.perf_counter() - started >= 0.9 * left
+    if (sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible) and not out_of_time:
         return SolveResult("infeasible", None, None, None, wall, NAME, facts)
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
         return SolveResult("unknown", None, None, None, wall, NAME, facts)
