@@ -7,6 +7,8 @@ time is printed as a ratio to it (< 1 = faster than the reference). On CPU the
 kernels run in the Triton interpreter (TRITON_INTERPRET=1, set here before triton
 is imported), which measures nothing about GPU speed: it only shows the harness
 works and how much slower interpretation is. On CUDA the ratios are meaningful.
+The ``csa/dense`` line times the CSA kernel against itself with one level (dense
+causal attention through the same code path): the share of work CSA keeps.
 Nothing here asserts on time.
 """
 
@@ -91,6 +93,28 @@ def _cases(device: str):
     lse = torch.randn(num_tokens, 8, 32, device=device)
     run = lambda be: lambda: merge_states_multi(o, lse, backend=be)  # noqa: E731
     yield "merge", f"T={num_tokens} states=8 H=32 D=128", run("torch"), run("triton")
+    yield from _csa_cases(device, dtype, scale)
+
+
+def _csa_cases(device: str, dtype, scale: int):
+    """CSA kernel vs its PyTorch reference, and vs the same kernel with one level (dense causal).
+
+    The second ratio is the work CSA saves: with ``num_levels=1`` the kernel reads
+    every causal key through the same code path.
+    """
+    import torch
+
+    from infermax.kernels.csa import csa_attention
+
+    gen = torch.Generator().manual_seed(0)
+    n, seg, levels, p = 256 * scale, 32 * scale, 4, 0.5
+    q = torch.randn(n, 4, 64, generator=gen).to(device, dtype)
+    k, v = (torch.randn(n, 2, 64, generator=gen).to(device, dtype) for _ in range(2))
+    importance = torch.rand(4, n, generator=gen).to(device)
+    run = lambda be, lv=levels: lambda: csa_attention(q, k, v, importance, seg, lv, p, backend=be)  # noqa: E731
+    shape = f"n={n} seg={seg} levels={levels} p={p} Hq=4 Hkv=2 D=64"
+    yield "csa", shape, run("torch"), run("triton")
+    yield "csa/dense", shape, run("triton", 1), run("triton")
 
 
 def main() -> None:
@@ -107,11 +131,11 @@ def main() -> None:
         raise SystemExit("triton is not installed: pip install triton")
     mode = "interpreter" if device == "cpu" else "compiled"
     print(f"device={device} triton={mode} repeats={args.repeats}; ratio = kernel / reference (same process)")
-    print(f"{'op':<8} {'shape':<44} {'reference ms':>13} {'kernel ms':>11} {'ratio':>7}")
+    print(f"{'op':<9} {'shape':<44} {'reference ms':>13} {'kernel ms':>11} {'ratio':>7}")
     for name, shape, reference, kernel in _cases(device):
         ref_ms = _time_ms(reference, args.repeats, device)
         ker_ms = _time_ms(kernel, args.repeats, device)
-        print(f"{name:<8} {shape:<44} {ref_ms:>13.2f} {ker_ms:>11.2f} {ker_ms / ref_ms:>7.2f}")
+        print(f"{name:<9} {shape:<44} {ref_ms:>13.2f} {ker_ms:>11.2f} {ker_ms / ref_ms:>7.2f}")
 
 
 if __name__ == "__main__":

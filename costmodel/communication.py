@@ -12,7 +12,9 @@ reduce-scatter then an all-gather).
 Volumes (elements, per layer, whole parallel group) follow the papers:
 pecsched.txt §5.3 for Megatron-SP and Ulysses-SP inside a node, csps.txt App. A
 for SP-NTP (Ulysses with parameter gathering) vs SP-TP (Megatron), and ring
-attention's KV rotation.
+attention's KV rotation. CSA's token dropping (csps.txt §3.2.4) scales the KV
+moved and attended: :func:`csa_kv_fractions` gives those fractions of dense
+causal attention, from the same keep rule the CSA kernel applies.
 """
 from __future__ import annotations
 
@@ -224,6 +226,93 @@ def ring_attention_volume(seq_len: float, kv_heads: int, head_dim: int, num_gpus
     """Ring attention: each of N shards of K and V (L_in/N tokens) visits the N−1 other GPUs,
     (N−1) · L_in · 2 · h_kv · d_h."""
     return (num_gpus - 1) * seq_len * 2 * kv_heads * head_dim
+
+
+# --- CSA token dropping (csps.txt §3.2.4): fractions of the dense KV moved and attended --------
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CsaFractions:
+    """CSA's share of dense causal attention over one sequence, per head (both in [0, 1]).
+
+    moved: KV of earlier segments delivered to a segment's queries (level >= 2 rings),
+        CSA / dense. Level 1 (the segment's own keys) never moves.
+    attended: (query, key) pairs scored, CSA / dense causal. Scales attention FLOPs.
+    A plan prices CSA by scaling its KV traffic by ``moved`` and its attention
+    work by ``attended``. A segment's rings are disjoint, so no key is counted
+    twice for one destination.
+    """
+
+    moved: float
+    attended: float
+
+
+def csa_keep_ratios(drop_ratio: float, num_levels: int) -> list[float]:
+    """Kept fraction of a ring's keys at levels 1..num_levels: 1, 1 − p, (1 − p)/2, (1 − p)/4, …
+
+    csps.txt §3.2.4 with p the level-2 drop ratio; the halving per level is the
+    prose's reading (see ``kernels/csa.py`` for why not the formula's literal one).
+    """
+    if not 0.0 <= drop_ratio <= 1.0:
+        raise ValueError(f"drop_ratio must be in [0, 1], got {drop_ratio}")
+    if num_levels < 1:
+        raise ValueError(f"num_levels must be >= 1, got {num_levels}")
+    return [1.0] + [(1.0 - drop_ratio) / 2 ** n for n in range(num_levels - 1)]
+
+
+def csa_num_kept(ring_tokens: int, keep_ratio: float) -> int:
+    """Keys a ring of ``ring_tokens`` keeps: round(keep_ratio · ring_tokens), halves up."""
+    return int(keep_ratio * ring_tokens + 0.5)
+
+
+def csa_rings(segment_start: int, segment_tokens: int, num_levels: int) -> list[tuple[int, int, int]]:
+    """(level, first key, end key) of the earlier-key rings seen by the segment starting at ``segment_start``.
+
+    A level-v segment spans segment_tokens · 2^(v−1) tokens (the top level: all),
+    and the level-v ring is the part of it before the level-(v−1) segment; so the
+    rings tile [0, segment_start) from near to far. Empty rings are left out.
+    """
+    rings, end = [], segment_start
+    for level in range(2, num_levels + 1):
+        width = segment_tokens * 2 ** (level - 1)
+        start = 0 if level == num_levels else segment_start // width * width
+        if start < end:
+            rings.append((level, start, end))
+        end = start
+    return rings
+
+
+def csa_kv_fractions(seq_len: int, segment_tokens: int, num_levels: int, drop_ratio: float,
+                     block_tokens: int = 1) -> CsaFractions:
+    """Fractions of the dense KV moved and attended under CSA for one ``seq_len``-token prefill.
+
+    Segment s (its queries q_s, its start a_s) attends its own keys causally and
+    keeps k_(s,v) = round(keep_v · |ring_v|) keys of each earlier ring. With B(x)
+    = x rounded up to whole blocks of ``block_tokens`` (kept keys packed per ring):
+
+        moved    = Σ_s Σ_v B(k_(s,v)) / Σ_s Σ_v B(|ring_(s,v)|)
+        attended = Σ_s [q_s(q_s+1)/2 + q_s Σ_v B(k_(s,v))] / Σ_s [q_s(q_s+1)/2 + q_s Σ_v B(|ring_(s,v)|)]
+
+    With ``block_tokens = 1`` ``attended`` is exactly the kept share of the causal
+    mask the CSA kernel applies. A sequence of one segment (or one level) moves
+    nothing either way: moved = 1.
+    """
+    for name, value in (("seq_len", seq_len), ("segment_tokens", segment_tokens), ("block_tokens", block_tokens)):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    ratios = csa_keep_ratios(drop_ratio, num_levels)
+    if num_levels == 1:  # level 1 is the top level: one segment, nothing dropped or moved
+        segment_tokens = seq_len
+    blocks = lambda x: -(-x // block_tokens) * block_tokens  # noqa: E731
+    moved = moved_dense = attended = attended_dense = 0
+    for start in range(0, seq_len, segment_tokens):
+        queries = min(segment_tokens, seq_len - start)
+        rings = csa_rings(start, segment_tokens, num_levels)
+        kept = sum(blocks(csa_num_kept(hi - lo, ratios[lv - 1])) for lv, lo, hi in rings)
+        dense = sum(blocks(hi - lo) for _, lo, hi in rings)
+        moved, moved_dense = moved + kept, moved_dense + dense
+        own = queries * (queries + 1) // 2
+        attended, attended_dense = attended + own + queries * kept, attended_dense + own + queries * dense
+    return CsaFractions(moved=moved / moved_dense if moved_dense else 1.0, attended=attended / attended_dense)
 
 
 def is_intra_node(num_gpus: int, gpu: GpuSpec) -> bool:

@@ -7,7 +7,7 @@ Modules (import them directly; this package imports neither torch nor triton):
 - ``paged``              paged KV cache layout, writes, gathers, block allocator
 - ``prefill_attention``  causal chunked-prefill attention over the paged cache (GQA)
 - ``decode_attention``   split-KV decode attention (flash-decoding)
-- ``csa``                CSA multi-level sparse attention (reference only)
+- ``csa``                CSA multi-level sparse attention (reads only the kept keys) and its error vs dense
 - ``llama``              small random-weight Llama model running on the paged cache
 
 Log-sum-exp values are natural logarithms everywhere. Every public wrapper runs the
@@ -27,7 +27,9 @@ _LAZY = {
     "gather_kv": "paged",
     "prefill_attention": "prefill_attention",
     "decode_attention": "decode_attention",
+    "csa_attention": "csa",
     "csa_attention_reference": "csa",
+    "csa_error_vs_dense": "csa",
     "LlamaConfig": "llama",
     "LlamaModel": "llama",
 }
