@@ -236,6 +236,8 @@ class ClusterEngine:
         out = self.inflight.copy()
         for r, runner in enumerate(self.runners):
             st = runner.state
+            if not st.has_work:
+                continue
             act = st.active
             pending = st.pending
             idx = np.concatenate((act, pending)) if pending.size else act
@@ -253,7 +255,7 @@ class ClusterEngine:
 
     def _accepts(self, r: int) -> bool:
         st = self.runners[r].state    # active = waiting + running: none waits when all of it runs
-        return st.pending.size == 0 and st.active.size == st.num_running
+        return not st.has_work or (st.pending.size == 0 and st.active.size == st.num_running)
 
     def _may_take(self, r: int, queue: list[int]) -> bool:
         """Whether accepting replica r could take something from the queue: a short request (if no gang holds

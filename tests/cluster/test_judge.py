@@ -32,10 +32,15 @@ def workload():
 
 @pytest.fixture(scope="module")
 def runs(workload):
-    return {p: simulate_cluster(workload, CLUSTER, p, "vllm", **_options(p)) for p in POLICIES}
+    class Lazy(dict):              # each policy simulated when a test first asks for it
+        def __missing__(self, p):
+            self[p] = simulate_cluster(workload, CLUSTER, p, "vllm", **_options(p))
+            return self[p]
+    return Lazy()
 
 
-@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("policy", [p if p in ("fifo", "pecsched", "pecsched-dis") else
+                                    pytest.param(p, marks=pytest.mark.slow) for p in POLICIES])
 def test_the_engines_schedules_replay_through_json(runs, workload, policy):
     res = runs[policy]
     schedule = ClusterSchedule.from_json(res.cluster_schedule().to_json())

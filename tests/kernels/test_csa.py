@@ -212,6 +212,7 @@ def test_triton_half_precision(dtype, atol, device):
     torch.testing.assert_close(lse, lse_ref, atol=1e-3, rtol=1e-3)
 
 
+@pytest.mark.slow
 @needs_triton
 @settings(max_examples=5, deadline=None)
 @given(
