@@ -348,9 +348,7 @@ def test_the_catalogue_covers_the_issues_rules():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy", [pytest.param(p, marks=pytest.mark.xfail(
-    strict=True, raises=ClusterScheduleError, reason="engine bug: colocated batches exceed colocate_tokens"))
-    if p == "pecsched-pe" else p for p in POLICIES])
+@pytest.mark.parametrize("policy", POLICIES)
 def test_larger_runs_replay(policy):
     w = Workload.from_spec("pecsched:splitwise_conv,n=160,hi=300000")
     res = simulate_cluster(w, CLUSTER, policy, "vllm", **_options(policy))
