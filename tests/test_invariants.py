@@ -89,7 +89,11 @@ def _through_completion_instances():
     return out
 
 
-@pytest.mark.parametrize("name", available())
+_FF_DEFAULT = {"vllm", "sarathi", "vllm-ef", "vllm-hy", "medha", "pecsched", "rank-i", "bound-ttft"}
+
+
+@pytest.mark.parametrize("name", [n if n in _FF_DEFAULT else pytest.param(n, marks=pytest.mark.slow)
+                                  for n in available()])   # the rest in the slow run (CPU budget)
 def test_fast_forward_through_completions_changes_nothing(name, monkeypatch):
     """The decode fast-forward runs through request completions (and starts after prefill batches):
     the same schedule and trace as one scheduler decision per batch, for every registered scheduler;

@@ -182,6 +182,7 @@ def test_oracle_may_evict_and_refill_in_one_batch():
     assert not any(_allowed(mv, Policy(allow_eviction=False)) for mv in refills)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @pytest.mark.parametrize("objective", OBJECTIVES)
 def test_oracle_schedule_replays_to_its_value(objective):
     failures = []

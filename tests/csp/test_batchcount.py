@@ -89,6 +89,7 @@ def test_the_solver_refutes_exactly_the_batch_counts_the_search_rules_out(inst):
     assert refute_batch_counts(classes, limits.M, limits.R_max, area, _cpsat, 60.0) == exact.num_batches
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @pytest.mark.solver
 def test_the_solver_refutes_the_area_bound_of_ten_requests():
     """B=10, I=O=16, M=128: the area allows 30 batches; the count model refutes 30 in seconds (the

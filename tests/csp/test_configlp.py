@@ -54,6 +54,7 @@ def test_the_knapsack_finds_the_best_multiset_with_a_required_item(cost, seed, M
             assert sum(value[j, t] for t in items) == pytest.approx(top, abs=1e-9)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 def test_whole_batches_raise_the_bound_between_the_trajectory_lp_and_the_optimum(cost):
     """I=O=16, B=7, M=128, Y=23: trajectory LP 0.2209797 s, configuration LP 0.2214876 s (converged; its
     Lagrangian equals its LP value), optimum 0.2235911 s."""

@@ -45,6 +45,7 @@ def test_heuristic_schedules_fit_the_latency_model(cost, inst):
         _check(workload, limits, cost, r.schedule, "latency")
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=3, max_len=5, online=True))
 def test_heuristic_schedules_fit_every_objective(cost, inst):
@@ -57,6 +58,7 @@ def test_heuristic_schedules_fit_every_objective(cost, inst):
             _check(workload, limits, cost, r.schedule, objective, symmetry="completion")
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=6, online=False))
 def test_policy_rows_accept_their_own_class(cost, inst):

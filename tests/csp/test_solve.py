@@ -69,6 +69,7 @@ def test_a_late_arrival_is_bounded_by_its_own_batches(cost):
     _replays(r, w, lim, cost)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 def test_policy_class_optimum_is_no_worse_than_its_heuristic(cost):
     w, lim = Workload.from_lengths([5, 3, 6, 2], [3, 4, 2, 3]), Limits(M=12, C=64)
     for name in ("vllm", "sarathi-nohy", "vllm-ef"):
@@ -79,6 +80,7 @@ def test_policy_class_optimum_is_no_worse_than_its_heuristic(cost):
         _replays(r, w, lim, cost)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @pytest.mark.parametrize("objective", ["completion", "ttft", "tpot", "throughput"])
 def test_other_objectives_replay_to_the_solver_value(cost, objective):
     w = Workload.from_lengths([4, 2, 3], [3, 2, 3], arrivals_s=[0.0, 0.004, 0.02])
@@ -93,6 +95,7 @@ def test_other_objectives_replay_to_the_solver_value(cost, objective):
         assert r.objective <= best * (1 + 1e-9)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 def test_better_than_mode_answers_both_ways(cost):
     spec, lim = section45(16)
     opt = solve_optimal(spec, lim, cost, time_limit_s=30)

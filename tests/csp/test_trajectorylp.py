@@ -34,6 +34,7 @@ def _space(workload, limits, cost, policy):
     return ClassStateSpace(workload, eff, cost, policy, table.num_batches if table else 0, table)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=4, online=False),
        st.sampled_from([Policy(), NO_CHUNK, Policy(allow_eviction=False), Policy(hybrid=False)]), st.booleans())
