@@ -44,7 +44,7 @@ def test_key_is_the_bounds_work():
 
 
 @pytest.mark.parametrize("name", GUIDED)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=tight_instances(), block=st.sampled_from([1, 1, 2, 4]))
 def test_finish_under_tight_limits(name, inst, block):
     """Every request finishes with exactly O tokens and replay accepts the schedule, KV in tokens or

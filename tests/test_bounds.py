@@ -146,6 +146,7 @@ def test_unsupported_objective_and_methods_are_named():
         lower_bound("fixed:I=4,O=4,B=4", objective="ttft", methods=("lp",))
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=25, deadline=None)
 @given(inst=small_instances(max_requests=8, max_len=24, online=True))
 def test_every_objective_bound_stays_below_every_heuristic(inst):
