@@ -93,8 +93,7 @@ def test_building_it_prints_nothing():
             "p = Policy()\n"
             "sp = ClassStateSpace(Workload.from_spec('fixed:I=2,O=3,B=4'), p.effective_limits(Limits(M=8, C=64)),\n"
             "                     get_cost_model(None), p, 0)\n"
-            "import time\n"
-            "print(configlp.ConfigLP(sp, 4).solve(time.perf_counter() + 30.0)[0] > 0)\n")
+            "print(configlp.ConfigLP(sp, 4).solve(float('inf'))[0] > 0)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout == "True\n", out.stdout
 
