@@ -410,12 +410,9 @@ class ClusterEngine:
                 g.suspended = False
             g.phase = PREFILL
             self._begin(g, start, start + switch + (g.units - g.units_done) * g.unit_s, switch=switch)
-        elif g.phase == DECODE and not g.suspended:
+        elif g.phase == DECODE and (not g.suspended or self._members_idle(g)):
+            g.suspended = False             # a yielded decode resumes once its members have no work
             self._decode_step(g, now)
-        elif g.phase == DECODE and g.suspended:
-            if self._members_idle(g):
-                g.suspended = False
-                self._decode_step(g, now)
 
     def _saved_tokens(self, g: Gang) -> int:
         return math.ceil(g.saved_bytes / self.cluster.model.kv_bytes_per_token)
@@ -437,7 +434,7 @@ class ClusterEngine:
             return                          # the prefill ends first: nothing to suspend
         g.steps.append({"phase": PREFILL, "start_s": g.step_start, "end_s": stop, "units": [g.units_done,
                         g.units_done + done], "switch_s": g.switch_applied, "suspended": True})
-        self._record_step(g, g.step_start, stop, PREFILL, done)
+        self._record_prefill(g, g.step_start, stop, done)
         g.units_done += done
         g.step_seq += 1                     # its end event is void
         g.phase, g.suspended = WAIT, True
@@ -487,7 +484,7 @@ class ClusterEngine:
                         "shares": shares.tolist(), "colocated": colocated})
         self._begin(g, start, end)
 
-    def _record_step(self, g: Gang, start: float, end: float, phase: str, units: int) -> None:
+    def _record_prefill(self, g: Gang, start: float, end: float, units: int) -> None:
         """A prefill segment as a batch row on every member (its share of the prompt's tokens)."""
         tokens = max(1, round(g.input_len * units / g.units / len(g.members)))
         for r in g.members:
@@ -501,7 +498,7 @@ class ClusterEngine:
         if g.phase == PREFILL:
             g.steps.append({"phase": PREFILL, "start_s": g.step_start, "end_s": t,
                             "units": [g.units_done, g.units], "switch_s": g.switch_applied, "suspended": False})
-            self._record_step(g, g.step_start, t, PREFILL, g.units - g.units_done)
+            self._record_prefill(g, g.step_start, t, g.units - g.units_done)
             g.units_done = g.units
             g.gen = 1
             g.first_token_s = t
@@ -517,7 +514,6 @@ class ClusterEngine:
                 self.held[r] = False
                 self.gang_of[r] = -1
                 self._hold(r, -g.share_tokens, t)
-                self.schedulers[r].set_kv_budget(self.runners[r].state, self.runners[r].state.external_kv)
                 self._wake(r)
             return
         self._try_gang(g, t)
