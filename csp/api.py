@@ -25,6 +25,7 @@ from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
 from infermax.bounds import METHODS_OF
+from infermax.bounds.objectives import members
 
 from . import aggregate, backends, batchcount, batchtable, classstate, search, trajectorylp
 from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
@@ -35,10 +36,10 @@ from .extract import to_schedule
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, check_instance, empty_formulation
 from .linearize import to_milp
-from .objectives import MONOTONE, OBJECTIVES, add_objective, max_batch_time_s
+from .objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
 from .policy import Policy
 from .progress import SolveProgress, Tracker
-from .result import OptimalResult, make_result, meets, no_schedule, objective_value, search_result
+from .result import OptimalResult, make_result, meets, no_schedule, search_result
 from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
                             add_valid_inequalities, batch_count_lower_bound)
 from .trajectory import merge_chunks
@@ -89,23 +90,26 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
 
     latency/throughput: every batch is busy time before the last completion; completion (mean
     end-to-end): the busy time before the last completion is at most B × the mean plus the spread of
-    arrivals; ttft: the same for the batches up to the last first token, plus a tail that always
-    exists (:func:`.warmstart.horizon_for_ttft`). tpot has no proof (J is then the warm start's length
-    plus a margin, and the model's bound is not reported).
+    arrivals; ttft, and any objective over one tag's requests: the same for the batches up to the
+    last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_ttft`). tpot has
+    no proof (J is then the warm start's length plus a margin, and the model's bound is not reported).
     """
     base = len(ws.schedule) if ws is not None else 0
     unproven = max(base + max(2, base // 10), 1)
-    if ws is None or objective == "tpot":
+    name, tag = split_objective(objective)
+    if ws is None or name == "tpot":
         return unproven, False
     T = workload.arrivals_s
     spread = float(T.max() - T.min())
     value = ws.value if target_s is None else min(ws.value, target_s)
-    if objective in ("latency", "throughput"):
+    if name in ("latency", "throughput"):
         J = horizon_for_latency(ws.latency_s if target_s is None else min(ws.latency_s, target_s), workload, cost)
-    elif objective == "completion":
+    elif name == "completion" and tag is None:
         J = horizon_for_latency(len(workload) * value + spread, workload, cost)
     else:
-        J = horizon_for_ttft(len(workload) * value + spread, workload, limits, cost, policy)
+        which = members(workload, tag)
+        J = horizon_for_ttft(which.size * value + spread, workload, limits, cost, policy, which,
+                             "first" if name == "ttft" else "done")
         if J is None:
             return unproven, False
     # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
@@ -142,7 +146,8 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                   stop_early: bool = True) -> OptimalResult:
     """Solve the CSP of infermax.txt §3.3 for ``workload`` and return the replayed optimum.
 
-    objective: one of ``OBJECTIVES``. backend: see :mod:`infermax.csp.backends`.
+    objective: one of ``OBJECTIVES``, or ``completion``/``ttft``/``tpot`` over the requests of one
+    tag, ``"ttft:short"`` (the others must still be served). backend: see :mod:`infermax.csp.backends`.
     policy: restrict to a scheduler class (``Policy`` or a spec such as
     ``"no-eviction"``, ``"like=vllm"``). warm_start: "best" (every registered
     scheduler), a scheduler name, a Schedule, or None (the horizon then comes
@@ -169,16 +174,15 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     budget = Budget(time_limit_s)
     _check_options(rel_gap, threads, horizon, by, max_horizon)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
+    base, tag = split_objective(objective, workload)
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     policy = Policy.from_spec(policy) if not isinstance(policy, Policy) else policy
     strengthening = strengthening or Strengthening()
     eff = policy.effective_limits(limits)
     check_instance(workload, eff, policy)
-    if objective == "tpot" and not (workload.output_lens > 1).any():
-        raise ValueError("objective 'tpot' needs a request with output_len > 1 (TPOT is undefined otherwise)")
+    if base == "tpot" and not (workload.output_lens[members(workload, tag)] > 1).any():
+        raise ValueError(f"objective {objective!r} needs a request with output_len > 1 (TPOT is undefined otherwise)")
     be = backends.get_backend(backend)
     if not be.is_available():
         raise backends.BackendUnavailable(be.NAME, be.PIP)
@@ -216,7 +220,7 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
     if method == "search" and not search_ok:
         raise ValueError(f"method 'search' needs the latency objective and no better-than target; "
                          f"{why or 'not the case here'}")
-    use_dominance = strengthening.dominance and objective in MONOTONE
+    use_dominance = strengthening.dominance and is_monotone(objective)
     track.stage("warm start")
     candidates = _warm_start_schedules(warm_start, workload, limits, cost,
                                        deadline=budget.start + budget.total_s * WARM_START_SHARE)
@@ -305,7 +309,7 @@ def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective:
         return None
     try:
         return lower_bound(workload, limits, cost, objective=objective,
-                           methods=tuple(m for m in METHODS_OF[objective] if m != "milp"),
+                           methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
                            upper=ws.latency_s if ws is not None else None)
     except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
         log.info("no horizon-free bound: %s", exc)
@@ -458,16 +462,15 @@ def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, p
     T = workload.arrivals_s
     upper_s = float(T.max()) + horizon * max_batch_time_s(fm)
     expr = add_objective(fm, "latency" if objective == "throughput" else objective, upper_s)
+    dominance = is_monotone(objective) and strengthening.dominance
+    if dominance:
+        add_dominance(fm)
     if strengthening.cuts:
-        if objective in MONOTONE and strengthening.dominance:
-            add_dominance(fm)
-        add_valid_inequalities(fm, dominance=objective in MONOTONE and strengthening.dominance)
+        add_valid_inequalities(fm, dominance=dominance)
         if strengthening.flows:
-            add_class_flows(fm, dominance=objective in MONOTONE and strengthening.dominance)
+            add_class_flows(fm, dominance=dominance)
         if strengthening.dff:
             add_dff_cuts(fm)
-    elif objective in MONOTONE and strengthening.dominance:
-        add_dominance(fm)
     add_symmetry_breaking(fm, strengthening.symmetry)
     if target is not None:
         fm.model.add(expr <= target, "better-than")
@@ -485,7 +488,8 @@ def _target(better_than, by: float, objective: str, workload: Workload, limits: 
     if isinstance(better_than, str):
         from infermax.engine import simulate
 
-        ref = objective_value(simulate(workload, better_than, limits, cost).metrics, objective)
+        sim = simulate(workload, better_than, limits, cost)
+        ref = trace_objective(sim.trace, sim.metrics, objective)
     else:
         ref = float(better_than)
     if objective == "throughput":

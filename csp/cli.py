@@ -18,7 +18,7 @@ from typing import Any
 
 from .api import METHODS
 from .backends import backend_names
-from .objectives import OBJECTIVES
+from .objectives import OBJECTIVES, TAGGABLE
 from .policy import Policy
 
 SUMMARY = ("status", "method", "objective", "bound", "bound_method", "gap", "wall_s", "num_batches", "num_evictions",
@@ -32,7 +32,9 @@ def add_subcommands(subparsers) -> None:
     p.add_argument("--workload", required=True, help="workload spec, e.g. fixed:I=64,O=4,B=4")
     p.add_argument("--limits", default=None, help="e.g. M=128,C=4096,P=512,R_max=4")
     p.add_argument("--cost", default=None, help="cost model name or JSON path (default: A100 Llama-2-7B)")
-    p.add_argument("--objective", default="latency", choices=OBJECTIVES)
+    p.add_argument("--objective", default="latency",
+                   help=f"one of {', '.join(OBJECTIVES)}, or {'/'.join(TAGGABLE)}:TAG over one request tag "
+                        f"(e.g. ttft:short; default latency)")
     p.add_argument("--backend", default="cpsat", help=f"one of {', '.join(backend_names())} (default cpsat)")
     p.add_argument("--time-limit", type=float, default=60.0, help="seconds for the solver (default 60)")
     p.add_argument("--threads", type=int, default=None, help="solver threads (default: the backend's)")

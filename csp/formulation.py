@@ -297,10 +297,11 @@ def empty_formulation(workload: Workload, limits: Limits, cost: CostModel, polic
 
 
 def num_identical_classes(workload: Workload) -> list[list[int]]:
-    """Groups of request indices that are interchangeable (same I, O, arrival)."""
+    """Groups of request indices that are interchangeable (same I, O, arrival and tag: a per-tag
+    objective such as ``ttft:short`` tells requests of different tags apart)."""
     keys: dict[tuple, list[int]] = {}
     for i, r in enumerate(workload.requests):
-        keys.setdefault((r.input_len, r.output_len, r.arrival_s), []).append(i)
+        keys.setdefault((r.input_len, r.output_len, r.arrival_s, r.tag), []).append(i)
     return list(keys.values())
 
 

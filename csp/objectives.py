@@ -26,7 +26,9 @@ exactly:
 Objectives (all in seconds, minimised): ``latency`` (makespan), ``completion``
 (mean end-to-end time), ``ttft`` (mean time to first token), ``tpot`` (mean time
 per output token over requests with O > 1), ``throughput`` (tokens/s; solved as
-latency). Online arrivals (§3.3 "Online Setting") use accumulated batch ends
+latency). ``completion``, ``ttft`` and ``tpot`` may name a request tag, ``ttft:short``: the mean over
+the requests of that tag only (the others must still be served; a class-weighted objective with
+weight 1 on the tag and 0 elsewhere). Online arrivals (§3.3 "Online Setting") use accumulated batch ends
 end_j >= start_j + t_j, start_j >= end_j-1, start_j >= T_i·cz_ij.
 """
 from __future__ import annotations
@@ -35,7 +37,9 @@ import math
 
 import numpy as np
 
+from infermax.bounds.objectives import members, parse_objective, trace_value
 from infermax.costmodel import CostModel
+from infermax.types import Workload
 
 from .formulation import Formulation
 from .model import LinExpr
@@ -43,6 +47,43 @@ from .model import LinExpr
 OBJECTIVES = ("latency", "completion", "ttft", "tpot", "throughput")
 #: objectives whose value only grows with every batch time (slack in t_j never pays)
 MONOTONE = ("latency", "completion", "ttft", "throughput")
+#: objectives that may be restricted to the requests of one tag (``ttft:short``)
+TAGGABLE = ("completion", "ttft", "tpot")
+#: the metric (``infermax.metrics``) each objective is (untagged)
+METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
+             "throughput": "tps"}
+
+
+def split_objective(name: str, workload: Workload | None = None) -> tuple[str, str | None]:
+    """``"ttft:short"`` -> ("ttft", "short"); ValueError naming the value (and, given ``workload``,
+    its tags when none of its requests has the tag)."""
+    if not isinstance(name, str):
+        raise ValueError(f"objective must be a string, got {name!r}")
+    base, sep, tag = name.partition(":")
+    if base not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)} (or {'/'.join(TAGGABLE)}:TAG), "
+                         f"got {name!r}")
+    if sep and not tag:
+        raise ValueError(f"objective {name!r} names an empty tag; use e.g. {base}:short")
+    if tag and base not in TAGGABLE:
+        raise ValueError(f"objective {name!r}: {base} is a property of the whole schedule; per-tag objectives: "
+                         f"{', '.join(t + ':TAG' for t in TAGGABLE)}")
+    if tag and workload is not None:
+        members(workload, tag)            # ValueError naming the workload's tags
+    return base, tag or None
+
+
+def is_monotone(name: str) -> bool:
+    """Whether the objective only grows with every batch time (so slack never pays)."""
+    return split_objective(name)[0] in MONOTONE
+
+
+def trace_objective(trace, metrics: dict, name: str) -> float:
+    """The objective's value on a replayed trace (``metrics`` = ``infermax.metrics.metrics(trace)``)."""
+    base, tag = split_objective(name)
+    if tag is None:
+        return float(metrics[METRIC_OF[base]])
+    return trace_value(parse_objective(name), trace)
 
 
 def linear_coefficients(cost: CostModel):
@@ -240,31 +281,33 @@ def add_timeline(fm: Formulation, times: list[LinExpr], exact: bool, upper_s: fl
         prev = end
 
 
-def _event_times(fm: Formulation, name: str, happens, exact: bool, upper_s: float) -> list:
-    """One time variable per request: the end of the batch where ``happens[i][j]`` (>=, or == if exact)."""
+def _event_times(fm: Formulation, name: str, happens, exact: bool, upper_s: float, which) -> dict:
+    """One time variable per request of ``which``: the end of the batch where ``happens[i][j]``
+    (>=, or == if exact); {request: variable}."""
     m, v, J = fm.model, fm.v, fm.horizon
-    out = []
-    for i in range(fm.num_requests):
+    out = {}
+    for i in which:
+        i = int(i)
         t = m.num_var(0.0, upper_s, f"{name}[{i}]")
         for j in range(J):
             lit = happens[i][j]
             m.add(t >= v.end[j], f"event-{name}", enforce=[(lit, 1)])
             if exact:
                 m.add(t <= v.end[j], f"event-{name}", enforce=[(lit, 1)])
-        out.append(t)
+        out[i] = t
     return out
 
 
 def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
     """Build the batch-time terms and the objective ``name``; returns the objective expression (s).
 
-    ``upper_s`` bounds every time variable (a valid horizon end for this instance).
+    ``upper_s`` bounds every time variable (a valid horizon end for this instance). A tagged
+    ``name`` (``ttft:short``) averages over the requests of the tag only.
     """
-    if name not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {name!r}")
+    name, tag = split_objective(name, fm.workload)
     m, v, J = fm.model, fm.v, fm.horizon
     w = fm.workload
-    B = len(w)
+    sel = [int(i) for i in members(w, tag)]
     exact = name not in MONOTONE
     add_batch_time_terms(fm, exact)
     T = w.arrivals_s
@@ -275,28 +318,29 @@ def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
         if name in ("latency", "throughput"):
             expr = v.end[J - 1] - float(T.min())
         elif name == "completion":
-            v.completion = _event_times(fm, "completion", v.f, exact, upper_s)
-            expr = sum((c - float(T[i]) for i, c in enumerate(v.completion)), LinExpr()) * (1.0 / B)
+            v.completion = _event_times(fm, "completion", v.f, exact, upper_s, sel)
+            expr = sum((c - float(T[i]) for i, c in v.completion.items()), LinExpr()) * (1.0 / len(sel))
         else:
             # started_is = [G_is >= 1]; the first token comes in batch j iff started flips there
-            v.started = [[m.const(0, f"started[{i},0]")] + [m.bool_var(f"started[{i},{s}]") for s in range(1, J + 1)]
-                         for i in range(B)]
-            v.ft = [[m.bool_var(f"ft[{i},{j}]") for j in range(J)] for i in range(B)]
-            for i in range(B):
+            v.started = {i: [m.const(0, f"started[{i},0]")] + [m.bool_var(f"started[{i},{s}]")
+                                                                for s in range(1, J + 1)] for i in sel}
+            v.ft = {i: [m.bool_var(f"ft[{i},{j}]") for j in range(J)] for i in sel}
+            for i in sel:
                 for s in range(1, J + 1):
                     m.add(v.G[i][s] >= v.started[i][s], "event-first")
                     m.add(v.G[i][s] <= int(w.output_lens[i]) * v.started[i][s], "event-first")
                 for j in range(J):
                     m.add(v.ft[i][j] == v.started[i][j + 1] - v.started[i][j], "event-first")
-            v.first = _event_times(fm, "first", v.ft, exact, upper_s)
             if name == "ttft":
-                expr = sum((f - float(T[i]) for i, f in enumerate(v.first)), LinExpr()) * (1.0 / B)
+                v.first = _event_times(fm, "first", v.ft, exact, upper_s, sel)
+                expr = sum((f - float(T[i]) for i, f in v.first.items()), LinExpr()) * (1.0 / len(sel))
             else:
-                v.completion = _event_times(fm, "completion", v.f, exact, upper_s)
                 O = w.output_lens
-                many = [i for i in range(B) if O[i] > 1]
+                many = [i for i in sel if O[i] > 1]
                 if not many:
-                    raise ValueError("objective tpot needs a request with output_len > 1")
+                    raise ValueError(f"objective tpot{':' + tag if tag else ''} needs a request with output_len > 1")
+                v.first = _event_times(fm, "first", v.ft, exact, upper_s, many)
+                v.completion = _event_times(fm, "completion", v.f, exact, upper_s, many)
                 expr = sum(((v.completion[i] - v.first[i]) * (1.0 / (int(O[i]) - 1)) for i in many),
                            LinExpr()) * (1.0 / len(many))
     m.minimize(expr)

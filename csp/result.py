@@ -23,12 +23,11 @@ from infermax.types import Schedule
 
 from .backends import SolveResult
 from .formulation import Formulation
+from .objectives import trace_objective
 from .warmstart import WarmStart
 
 log = logging.getLogger(__name__)
 
-METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
-             "throughput": "tps"}
 REPLAY_RTOL = 1e-6
 
 
@@ -70,8 +69,11 @@ class OptimalResult:
                 "method": self.info.get("method")}
 
 
-def objective_value(metrics: dict[str, Any], objective: str) -> float:
-    return float(metrics[METRIC_OF[objective]])
+def replayed(schedule: Schedule, workload, limits, cost, objective: str) -> tuple[dict[str, Any], float]:
+    """The replayed schedule's metrics and its value of ``objective`` (per-tag ones from the trace)."""
+    trace = replay(schedule, workload, limits, cost)
+    metrics = compute_metrics(trace)
+    return metrics, trace_objective(trace, metrics, objective)
 
 
 def conservative_bound(fm: Formulation, res: SolveResult) -> float | None:
@@ -119,8 +121,7 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
     elif ws is not None and (target is None or meets(ws, objective, target)):
         schedule, source = ws.schedule, "warm-start"
     if schedule is not None:
-        metrics = compute_metrics(replay(schedule, workload, limits, cost))
-        value = objective_value(metrics, objective)
+        metrics, value = replayed(schedule, workload, limits, cost, objective)
     info["solution_from"] = source
     info["solver_raw_objective"] = res.objective
     # the model's price of the returned schedule: its canonical assignment (no slack left in epigraph
@@ -214,8 +215,8 @@ def with_bound(result: OptimalResult, bound: float | None, method: str, rel_gap:
 
 def from_warm_start(ws: WarmStart, workload, limits, cost, objective: str, t0: float) -> OptimalResult:
     """The warm start as a result (no bound yet): what ``solve_optimal`` returns if nothing beats it in time."""
-    metrics = compute_metrics(replay(ws.schedule, workload, limits, cost))
-    return OptimalResult(schedule=ws.schedule, objective=objective_value(metrics, objective), bound=None, gap=None,
+    metrics, value = replayed(ws.schedule, workload, limits, cost, objective)
+    return OptimalResult(schedule=ws.schedule, objective=value, bound=None, gap=None,
                          status="feasible", backend="warm-start", wall_s=time.perf_counter() - t0,
                          objective_name=objective, horizon=len(ws.schedule), horizon_proven=False,
                          warm_start={"scheduler": ws.name, "objective": ws.value}, metrics=metrics,
@@ -238,8 +239,7 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
     """
     schedule, source = (found.schedule, "search") if found.schedule is not None else \
         (best.schedule, "warm-start" if best is ws else best.name)
-    metrics = compute_metrics(replay(schedule, workload, limits, cost))
-    value = objective_value(metrics, objective)
+    metrics, value = replayed(schedule, workload, limits, cost, objective)
     bound = found.bound_s * (1 - 1e-12)
     if objective == "throughput":
         bound = as_throughput(workload, bound)

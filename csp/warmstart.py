@@ -32,7 +32,7 @@ from infermax.types import Limits, Schedule, Workload
 
 from .flows import assign_flows
 from .formulation import Formulation
-from .objectives import linear_coefficients, nonattention_segments
+from .objectives import linear_coefficients, nonattention_segments, trace_objective
 from .policy import Policy
 from .trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
 
@@ -40,8 +40,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_latency", "horizon_for_ttft"]
 
-_METRIC = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
-           "throughput": "latency_s"}
 
 
 @dataclass(frozen=True)
@@ -66,11 +64,13 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
         if clean and any(b.evict.size for b in sched.batches):     # only evictions leave wasted work
             sched = strip_wasted_work(sched, workload, policy.effective_limits(limits), cost)
         try:
-            met = compute_metrics(replay(sched, workload, policy.effective_limits(limits), cost))
+            trace = replay(sched, workload, policy.effective_limits(limits), cost)
         except ScheduleError as exc:
             log.info("warm start: %s's schedule is invalid here (%s)", name, exc)
             continue
-        value = float(met[_METRIC[objective]])
+        met = compute_metrics(trace)
+        # minimised: throughput is solved as latency
+        value = float(met["latency_s"]) if objective == "throughput" else trace_objective(trace, met, objective)
         if best is None or value < best.value - 1e-15:
             best = WarmStart(name, sched, value, float(met["latency_s"]))
     return best
@@ -91,38 +91,48 @@ def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> 
 
 
 def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: CostModel,
-                     policy: Policy) -> int | None:
-    """Batches some TTFT-optimal schedule fits in, or None where no such count is proven.
+                     policy: Policy, which: np.ndarray | None = None, event: str = "first") -> int | None:
+    """Batches some schedule optimal for the mean TTFT (``event`` "first") or the mean end-to-end
+    time (``event`` "done") of the requests ``which`` (None: all) fits in; None where no such
+    count is proven.
 
-    ``upper_s`` bounds the busy time up to the last first token of an optimal schedule (B × the
-    warm start's mean TTFT plus the spread of arrivals). Those batches each cost at least β on top
-    of the prefill work every first token needs (Σ I at the cheapest slope, Σ I(I+1)/2 attention),
-    so there are at most K = ⌊(upper - prefill work) / β⌋ of them. After the last first token the
-    schedule may end any valid way without changing TTFT; one that always exists:
+    ``upper_s`` bounds the busy time up to the last such event of an optimal schedule (their
+    count × the warm start's mean plus the spread of arrivals). Those batches each cost at least β
+    on top of the work the events need (the prompts of ``which`` for first tokens, all their
+    tokens for completions, at the cheapest slope, plus the causal attention of their prompts), so
+    there are at most K = ⌊(upper - work) / β⌋ of them. After the last event the schedule may end
+    any valid way without changing the objective; one that always exists:
 
     - with eviction and chunked prefill (or every refill fitting min(C, P) whole): evict every
       running request, then finish the requests one at a time — a refill of at most I + O - 1
-      tokens in chunks of min(C, P), then its decodes: ⌈(I + O - 1) / min(C, P)⌉ + O - 2 batches;
-    - without eviction: only decodes are left (nothing is ever evicted, so every unfinished request
-      is in decode phase), one token per request per batch: at most Σ (O - 1) batches.
+      tokens in chunks of min(C, P), then its decodes: ⌈(I + O - 1) / min(C, P)⌉ + O - 2 batches
+      for a request that has its first token, one more for one that may not;
+    - without eviction: the optimal schedule's own continuation, every batch of which serves at
+      least one token: at most the tokens left, Σ (O - 1) over the requests with a first token and
+      Σ (I + O - 1) over the others.
 
     Any other policy class gets None (the tail is not bounded here).
     """
     I, O = workload.input_lens, workload.output_lens
+    chosen = np.zeros(len(workload), dtype=bool)
+    chosen[np.arange(len(workload)) if which is None else np.asarray(which, dtype=np.int64)] = True
     k = linear_coefficients(cost)
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
     if beta <= 0:
         return None
-    If = I.astype(np.float64)
-    work = segs[0][1] * If.sum() + k.prefill_attn_s * float((If * (If + 1) / 2).sum())
+    If = I[chosen].astype(np.float64)
+    tokens = If if event == "first" else If + O[chosen] - 1
+    work = segs[0][1] * tokens.sum() + k.prefill_attn_s * float((If * (If + 1) / 2).sum())
     prefix = max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
     cap = min(limits.C, limits.P)
-    left = O > 1
+    started = chosen & (O > 1) if event == "first" else np.zeros_like(chosen)    # has its first token
+    rest = ~chosen                                                               # may have nothing yet
     if not policy.allow_eviction:
-        tail = int((O - 1).sum())
+        tail = int((O - 1)[started].sum() + (I + O - 1)[rest].sum())
     elif policy.chunked_prefill or int((I + O - 1).max()) <= cap:
-        tail = int((-(-(I + O - 1)[left] // cap) + O[left] - 2).sum())
+        refill = -(-(I + O - 1) // cap)
+        tail = int((refill + O - 2)[started].sum() + (refill + O - 1)[rest].sum())
     else:
         return None
     return prefix + tail
@@ -163,7 +173,7 @@ def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
         for s in range(J + 1):
             for t, var in enumerate(rows[s]):
                 x[var.index] = float(gen[i, s] >= t + 1)
-    for i, row in enumerate(getattr(v, "started", [])):
+    for i, row in (getattr(v, "started", None) or {}).items():       # {request: row}
         for s, var in enumerate(row):
             x[var.index] = float(gen[i, s] >= 1)
     busy = (c > 0).any(axis=0)
@@ -209,8 +219,8 @@ def _assign_times(fm: Formulation, x: np.ndarray, tr, fin: np.ndarray, gen: np.n
         if v.start:
             x[v.start[j].index] = starts[j]
     for name, happened in (("completion", fin), ("first", (gen >= 1).astype(np.int64))):
-        for i, var in enumerate(getattr(v, name, []) or []):
+        for i, var in (getattr(v, name, None) or {}).items():       # {request: event time}
             x[var.index] = ends[int(np.argmax(np.diff(happened[i]) > 0))]
-    for i, row in enumerate(getattr(v, "ft", []) or []):
+    for i, row in (getattr(v, "ft", None) or {}).items():
         for j, var in enumerate(row):
             x[var.index] = float(gen[i, j + 1] >= 1 and gen[i, j] == 0)
