@@ -4,16 +4,14 @@ The MILP never runs a scheduler (DESIGN.md: a warm start arrives as a Schedule, 
 ``infermax.csp`` does not import ``infermax.schedulers``). Running them is the
 simulator's job, done here: :func:`heuristic_schedules` simulates the heuristics a
 warm-start source names and hands back their Schedules, which
-:func:`infermax.csp.warmstart.find_warm_start` then judges; :func:`describe_scheduler`
-gives what a scheduler says of itself (hybrid? chunked? eviction-free?), from which
-:meth:`infermax.csp.Policy.of_scheduler` builds the optimum's policy class.
+:func:`infermax.csp.warmstart.find_warm_start` then judges. (The optimum's policy class
+of a scheduler comes from :meth:`infermax.policy.Policy.of_scheduler`.)
 """
 from __future__ import annotations
 
 import logging
 import math
 import time
-from typing import Any
 
 from .costmodel import CostModel
 from .engine import SchedulerStuckError, simulate
@@ -47,7 +45,3 @@ def heuristic_schedules(workload: Workload, limits: Limits, cost: CostModel, sou
             log.info("warm start: scheduler %s failed on this instance (%s)", name, exc)
     return out
 
-
-def describe_scheduler(name: str) -> dict[str, Any]:
-    """What the registered scheduler ``name`` says of itself (``Scheduler.describe()``)."""
-    return get_scheduler(name).describe()

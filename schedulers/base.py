@@ -15,7 +15,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from infermax.state import ServingState
-    from infermax.types import Limits, Workload
+    from infermax.types import Limits
 
 
 class Plan(NamedTuple):
@@ -59,10 +59,6 @@ class Scheduler(ABC):
             raise ValueError(f"scheduler {self.name!r} models KV blocks of {want} tokens, but M = {limits.M} "
                              f"holds no whole block (Limits.block_size)")
         return limits.replace(block_size=want)
-
-    def priority_order(self, workload: "Workload") -> np.ndarray:
-        """Request indices from highest to lowest priority (default FCFS: arrival, then index)."""
-        return np.lexsort((np.arange(len(workload)), workload.arrivals_s))
 
     def reset(self, state: "ServingState") -> None:
         """Prepare for a run over ``state.workload`` (called once, before the first batch)."""

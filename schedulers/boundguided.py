@@ -119,7 +119,14 @@ class _Draft:
 
 
 class BoundGuided(Scheduler):
-    """Shortest remaining bound-work first; for TTFT, first tokens before everything else."""
+    """Shortest remaining bound-work first; for TTFT, first tokens before everything else.
+
+    Not a GetNextBatch policy (:class:`infermax.policy.Policy`): ``bound-ttft`` picks each batch's
+    prefill budget by estimated mean TTFT and lets a waiting first-token fill evict, and in both
+    a waiting request never overtakes a higher-priority waiting one that must wait for KV (GetNextBatch
+    either stops the group there or skips it) — admission rules, not a key or a victim choice.
+    The work key itself is priced by the cost model, which a rank key's RequestView does not carry.
+    """
 
     def __init__(self, *, objective: str = "ttft", co_batch: bool = False, prefill_budget: int | None = None,
                  eviction_free: bool = False, R_max: int | None = None, name: str | None = None) -> None:

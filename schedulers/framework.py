@@ -32,11 +32,10 @@ finish (:mod:`.pinning`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
 import numpy as np
 
+from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
+from infermax.policy import Policy
 from infermax.state import RUNNING, ServingState
 
 from .base import Plan, Scheduler
@@ -49,54 +48,6 @@ DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, MIXED_GROUP = 0, 1, 2, 3
 _PHASE_OF = {DECODE_GROUP: DECODE, PREFILL_GROUP: PREFILL, WAITING_GROUP: PREFILL}
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.setflags(write=False)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Policy:
-    """The knobs of Algorithm 1 that distinguish the schedulers of Table 1.
-
-    priority: "prefill" (waiting first, vLLM), "decode" (running decodes, then
-    running prefills, then waiting: Sarathi) or "rank" (one group ordered by
-    ``rank_key``). P: prefill tokens per batch (None = Limits.P). R_max: running
-    cap of the scheduler itself (None = Limits.R_max). skip_on_fail: a candidate
-    that cannot be allocated is skipped and the group goes on (otherwise the
-    group stops at it, FCFS head-of-line). lookahead: admit a waiting request only
-    if the predicted future KV of all running requests stays within M (see
-    :mod:`.lookahead`). C: tokens per batch of the scheduler itself, decodes
-    included (None = Limits.C; real Sarathi's token budget, 512). watermark:
-    fraction of the KV blocks a first fill or refill must leave free (0 = the
-    paper's semantics; vLLM's default is 0.01). block_size: the KV block size the
-    scheduler models (None: whatever the Limits say); ``simulate`` applies it to
-    the Limits (:meth:`.base.Scheduler.limits_for`).
-    """
-
-    priority: Literal["prefill", "decode", "rank"]
-    hybrid: bool
-    chunked: bool
-    P: int | None = None
-    R_max: int | None = None
-    eviction_free: bool = False
-    rank_key: Literal["arrival", "input", "output"] = "arrival"
-    skip_on_fail: bool = False
-    lookahead: bool = False
-    C: int | None = None
-    watermark: float = 0.0
-    block_size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.priority not in ("prefill", "decode", "rank"):
-            raise ValueError(f"Policy.priority must be prefill, decode or rank, got {self.priority!r}")
-        if self.rank_key not in ("arrival", "input", "output"):
-            raise ValueError(f"Policy.rank_key must be arrival, input or output, got {self.rank_key!r}")
-        if self.lookahead and (self.priority == "rank" or self.eviction_free or self.C is not None):
-            raise ValueError("Policy.lookahead needs priority prefill or decode, eviction_free=False and C=None")
-        for name in ("P", "R_max", "C", "block_size"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-                raise ValueError(f"Policy.{name} must be a positive integer or None, got {v!r}")
-        w = self.watermark
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
-            raise ValueError(f"Policy.watermark must be a fraction in [0, 1) of the KV blocks, got {w!r}")
 
 
 class _Builder:
@@ -133,35 +84,49 @@ class _Builder:
 
 
 class GetNextBatch(Scheduler):
-    """A scheduler of the Algorithm 1 family, configured by a :class:`Policy`."""
+    """A scheduler of the Algorithm 1 family, configured by a :class:`~infermax.policy.Policy`.
+
+    The policy's rank key orders the candidates of each group (a static key once per run, any
+    other before every batch) and its victim choice orders the requests a candidate short of KV
+    may evict (:mod:`infermax.ordering`).
+    """
 
     def __init__(self, policy: Policy, name: str = "getnextbatch") -> None:
         self.policy = policy
         self.name = name
         self.block_size = policy.block_size
+        self._ef = not policy.allow_eviction            # eviction-free: reserve I + O - 1 at admission
+        self._dynamic = not policy.is_static             # the order is recomputed before every batch
+        key = policy.rank_key
+        self._rank = RANK_KEYS[key].fn if isinstance(key, str) else key
+        victim = policy.victim
+        self._victim = None if victim == LOWEST_PRIORITY else VICTIMS[victim].fn if isinstance(victim, str) else victim
 
     def describe(self) -> dict:
         p = self.policy
-        out = {"name": self.name, "priority": p.priority, "hybrid": p.hybrid, "chunked": p.chunked,
-               "P": p.P, "R_max": p.R_max, "eviction_free": p.eviction_free, "rank_key": p.rank_key}
+        out = {"name": self.name, "priority": p.priority, "hybrid": p.hybrid, "chunked": p.chunked_prefill,
+               "P": p.P, "R_max": p.R_max, "eviction_free": self._ef, "rank_key": key_name(p.rank_key)}
+        if p.victim != LOWEST_PRIORITY:
+            out["victim"] = key_name(p.victim)
         for key, default in (("C", None), ("watermark", 0.0), ("block_size", None)):
             if getattr(p, key) != default:      # only what departs from the paper's semantics
                 out[key] = getattr(p, key)
         return out
 
     # --- set-up -----------------------------------------------------------------
-    def priority_order(self, workload) -> np.ndarray:
-        tie = np.arange(len(workload))
-        key = {"arrival": None, "input": workload.input_lens, "output": workload.output_lens}[self.policy.rank_key]
-        if key is None:
-            return np.lexsort((tie, workload.arrivals_s))
-        return np.lexsort((tie, workload.arrivals_s, key))
+    def _ranked(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
+        """``idx`` in priority order: by the rank key, then arrival, then index."""
+        arrivals = state.arrivals_s[idx]
+        if self.policy.rank_key == "arrival":
+            return idx[np.lexsort((idx, arrivals))]
+        key = evaluate(self._rank, RequestView.of(state, idx), "rank_key")
+        return idx[np.lexsort((idx, arrivals, key))]
 
     def reset(self, state: ServingState) -> None:
         n = state.num_requests
-        self._order = self.priority_order(state.workload)
+        self._order = self._ranked(state, np.arange(n))      # the priority order (at the start, if dynamic)
         self._fcfs = bool(np.array_equal(self._order, state.arrival_order))   # active set is in order
-        self._pos = np.empty(n, dtype=np.int64)
+        self._pos = np.empty(n, dtype=np.int64)      # place in the priority order (of the active set, if dynamic)
         self._pos[self._order] = np.arange(n)
         self._stamp = np.full(n, -1, dtype=np.int64)
         self._peak = state.peak_kv
@@ -181,11 +146,11 @@ class GetNextBatch(Scheduler):
         self._P = min(p.P, lim.P) if p.P is not None else lim.P
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
         # largest (re)fill one batch can hold without chunked prefill (None: chunks have no such bound)
-        self._cap = None if p.chunked else min(self._C, self._P)
+        self._cap = None if p.chunked_prefill else min(self._C, self._P)
         self._admission = Admission(self._P, self._R, p.priority, p.hybrid) if p.lookahead else None
         self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
-                              active=not (p.eviction_free or p.lookahead), block=self._bs)
-        if not p.chunked:
+                              active=not (self._ef or p.lookahead), block=self._bs)
+        if not p.chunked_prefill:
             cap = self._cap
             too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
             if too_long.size:
@@ -199,7 +164,10 @@ class GetNextBatch(Scheduler):
         from the state's active set: O(active), not O(workload))."""
         if state.version != self._version:
             act = state.active
-            if not self._fcfs:
+            if self._dynamic:
+                act = self._ranked(state, act)
+                self._pos[act] = np.arange(act.size)
+            elif not self._fcfs:
                 act = act[np.argsort(self._pos[act])]
             st = state.status[act]
             run = st == RUNNING
@@ -215,7 +183,7 @@ class GetNextBatch(Scheduler):
         running, waiting, active = self._sets(state)
         prio = self.policy.priority
         if prio == "prefill":
-            return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked else DECODE_GROUP)]
+            return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked_prefill else DECODE_GROUP)]
         if prio == "decode":
             dec = state.m[running] >= state.inp[running]
             return [(running[dec], DECODE_GROUP), (running[~dec], PREFILL_GROUP), (waiting, WAITING_GROUP)]
@@ -228,7 +196,7 @@ class GetNextBatch(Scheduler):
 
     def _reserved(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """KV blocks reserved by running requests ``idx``."""
-        if self.policy.eviction_free:
+        if self._ef:
             return self._blk(self._peak[idx])
         return self._blk(np.maximum(state.m[idx], state.inp[idx]))
 
@@ -247,6 +215,8 @@ class GetNextBatch(Scheduler):
         return b.mem - self._wm if is_new and b.mem < self._blocks else b.mem
 
     def next_batch(self, state: ServingState) -> Plan:
+        if self._dynamic:
+            self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
         mem_free = self._blocks - int(self._reserved(state, running).sum())
         b = _Builder(self._C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
@@ -287,6 +257,8 @@ class GetNextBatch(Scheduler):
           no status change, and until the first completion: the waiting candidates were refused
           for a reason that only gets worse (less free KV, the same C, P, R_max budgets and
           phase rule)."""
+        if self._dynamic:
+            return plan.idx[:0], 0    # the order may change from one batch to the next
         changed = state.version != self._version
         running, waiting = self._sets(state)[:2]
         n = running.size
@@ -303,7 +275,7 @@ class GetNextBatch(Scheduler):
             return running, 0
         else:
             horizon = int(left.min()) - 1 if self._pins.active else int(left.max())
-        if not self.policy.eviction_free:
+        if not self._ef:
             if self._bs == 1:    # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
@@ -325,7 +297,7 @@ class GetNextBatch(Scheduler):
         dec = m >= inp
         tok = np.where(dec, 1, inp - m)
         new = m == 0
-        if self.policy.eviction_free:
+        if self._ef:
             mem = np.where(new, self._blk(self._peak[cand]), 0)
         else:
             mem = np.where(dec, self._decode_blocks(m), np.where(new, self._blk(inp), 0))
@@ -335,9 +307,9 @@ class GetNextBatch(Scheduler):
         """Scalar needs of one candidate: tokens, decode?, KV reserved, newly running."""
         m, inp = int(state.m[x]), int(state.inp[x])
         if m >= inp:
-            return 1, True, 0 if self.policy.eviction_free else int(self._decode_blocks(m)), 0
+            return 1, True, 0 if self._ef else int(self._decode_blocks(m)), 0
         new = m == 0
-        mem = self._blk(int(self._peak[x]) if self.policy.eviction_free else inp) if new else 0
+        mem = self._blk(int(self._peak[x]) if self._ef else inp) if new else 0
         return inp - m, False, mem, int(new)
 
     def _prefix(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
@@ -347,7 +319,7 @@ class GetNextBatch(Scheduler):
         ``rest`` may shrink when hybrid batching is off (hook 2).
         """
         if kind == DECODE_GROUP:
-            per = 0 if self.policy.eviction_free else 1
+            per = 0 if self._ef else 1
             c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
             if self._bs > 1 and per:
                 c_new = self._decode_blocks(state.m[rest[:b.C]]).cumsum()
@@ -368,8 +340,8 @@ class GetNextBatch(Scheduler):
             k = int(c_tok.searchsorted(cap, "right"))
             mem = 0
             if kind == WAITING_GROUP:
-                own = self._blk(self._peak[rest] if self.policy.eviction_free else tok)
-                c_mem = own.cumsum() if self.policy.eviction_free or self._bs > 1 else c_tok
+                own = self._blk(self._peak[rest] if self._ef else tok)
+                c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
                 if self._wm:     # the head passed its own check above
                     fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
                     k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
@@ -401,7 +373,7 @@ class GetNextBatch(Scheduler):
         return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
 
     def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
-        return int(self._blk(self._peak[rest[0]] if self.policy.eviction_free else tok[0]))
+        return int(self._blk(self._peak[rest[0]] if self._ef else tok[0]))
 
     def _fill(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int) -> None:
         pol = self.policy
@@ -428,10 +400,10 @@ class GetNextBatch(Scheduler):
                 else:   # preempted while its refill still fits in one batch
                     rest = self._evict(b, np.array([x]), int(self._blk(state.m[x])), rest)
                 continue
-            if mx > b.mem and dx and not pol.eviction_free:
+            if mx > b.mem and dx and not self._ef:
                 rest = self._evict_for(state, b, x, mx, rest)
                 continue
-            if mx <= self._room(b, bool(nx)) and nx <= b.run and not dx and pol.chunked:
+            if mx <= self._room(b, bool(nx)) and nx <= b.run and not dx and pol.chunked_prefill:
                 chunk = min(tx, b.C, b.P)
                 if chunk >= 1 and nx and pol.lookahead:
                     chunk *= self._admission.admit(state, b, self._sets(state)[0], np.array([x]), np.array([chunk]))
@@ -447,12 +419,12 @@ class GetNextBatch(Scheduler):
         if not rest.size:
             return rest
         tok, dec, pf, mem, new = self._needs(state, rest)
-        if self.policy.chunked:
+        if self.policy.chunked_prefill:
             ok = np.where(dec, b.C >= 1, min(b.C, b.P) >= 1)
         else:
             ok = (tok <= b.C) & (pf <= b.P)
         ok &= (mem <= np.where(new & (b.mem < self._blocks), b.mem - self._wm, b.mem)) & (new <= b.run)
-        if not self.policy.eviction_free:
+        if not self._ef:
             ok |= dec & (b.C >= 1)
         return rest[ok]
 
@@ -465,7 +437,10 @@ class GetNextBatch(Scheduler):
         """
         running = self._sets(state)[0]
         victims = running[(self._pos[running] > self._pos[x]) & (b.stamp[running] != b.j)]
-        victims = victims[~self._pins.pinned(state, victims)][::-1]
+        victims = victims[~self._pins.pinned(state, victims)][::-1]      # lowest priority first
+        if self._victim is not None and victims.size > 1:                  # the policy's victim choice
+            victims = victims[np.argsort(evaluate(self._victim, RequestView.of(state, victims), "victim"),
+                                         kind="stable")]
         freed = np.cumsum(self._reserved(state, victims))
         short = need - b.mem
         if victims.size and freed[-1] >= short:
@@ -497,7 +472,7 @@ def register_family(name: str, doc: str, lookahead: bool = True, **policy) -> No
     from .registry import register_scheduler
 
     default_P = policy.pop("P", None)
-    variants = {"": {}, "-ef": {"eviction_free": True}, **({"-la": {"lookahead": True}} if lookahead else {})}
+    variants = {"": {}, "-ef": {"allow_eviction": False}, **({"-la": {"lookahead": True}} if lookahead else {})}
     notes = {"": "", "-ef": " — eviction-free: reserves I+O-1 at admission",
              "-la": " — look-ahead admission: no future KV overflow"}
     for suffix, extra in variants.items():

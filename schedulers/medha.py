@@ -30,7 +30,14 @@ from .registry import register_scheduler
 
 
 class Medha(Scheduler):
-    """ILRS slack priority + adaptive chunking + prefill-prefill batching."""
+    """ILRS slack priority + adaptive chunking + prefill-prefill batching.
+
+    Not a GetNextBatch policy (:class:`infermax.policy.Policy`): its decisions are token counts —
+    each chunk the largest whose batch time the cost model predicts within the TPOT target, the
+    most urgent prefill leaving a share to the next — not an order of requests or a choice of
+    victims (``medha-fcfs``, FCFS with adaptive chunks, is no Policy value either); and its ILRS
+    order reads predicted prefill times, which a rank key's RequestView does not carry.
+    """
 
     def __init__(self, *, fcfs: bool = False, target_batch_s: float = 0.2, min_chunk: int = 32,
                  max_share: float = 0.5, default_ttft_s: float = 2.0, default_ttft_per_1k_s: float = 0.5,

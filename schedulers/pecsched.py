@@ -13,26 +13,41 @@ never preempted. Then prefills, by policy:
   prefills preempt only part of them; it bounds how long a long request can be
   held back (no starvation).
 - ``pecsched-fifo``: first come, first served chunked prefill (vLLM's FIFO): a
-  long prefill at the head of the queue blocks the short ones behind it.
+  long prefill at the head of the queue blocks the short ones behind it. That is
+  a :class:`~infermax.policy.Policy` value of the GetNextBatch family (decode
+  priority, hybrid, chunked, eviction-free: ``sarathi-pc-ef``'s policy), not a
+  PecSched.
 - ``pecsched-priority``: short requests strictly first; a long prefill runs only
   in batches with no short request to serve — so a steady stream of short
   requests starves the long ones (§3.2, Table 2).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from infermax.policy import Policy
 from infermax.state import ServingState
 
 from .base import Plan, Scheduler
+from .framework import GetNextBatch
 from .longctx import BatchDraft, decoding, long_mask, prefilling
 from .registry import register_scheduler
 
-POLICIES = ("pecsched", "fifo", "priority")
+POLICIES = ("pecsched", "priority")
+#: FCFS chunked prefill, decodes first, each request's peak KV reserved at admission
+FIFO = Policy(priority="decode", hybrid=True, chunked_prefill=True, allow_eviction=False)
 
 
 class PecSched(Scheduler):
-    """Short-prefill preemption of long prefills, with long decodes co-batched."""
+    """Short-prefill preemption of long prefills, with long decodes co-batched.
+
+    Not a GetNextBatch policy: what it decides is how many tokens each class of request gets
+    (short prefills capped at ``colocate_tokens`` beside a long decode, at least
+    ``long_min_chunk`` for a started long prefill; ``priority``: long work only in a batch
+    with no short work), not an order of requests or a choice of victims.
+    """
 
     def __init__(self, *, policy: str = "pecsched", long_threshold: int | None = None,
                  colocate_tokens: int = 2048, long_min_chunk: int = 512, R_max: int | None = None,
@@ -56,37 +71,33 @@ class PecSched(Scheduler):
         cand = prefilling(state)
         is_long = self._long[cand]
         shorts, longs = cand[~is_long], cand[is_long]
-        if self.policy == "fifo":
-            draft.add_decodes(dec)
-            self._fill(draft, cand, stop_at_blocked=True)
-        elif self.policy == "priority":
+        if self.policy == "priority":
             short_dec, long_dec = dec[~self._long[dec]], dec[self._long[dec]]
             draft.add_decodes(short_dec)
-            self._fill(draft, shorts, stop_at_blocked=True)
+            self._fill(draft, shorts)
             if not draft.idx:   # long work only when no short request needs the GPU
                 draft.add_decodes(long_dec)
-                self._fill(draft, longs, stop_at_blocked=True)
+                self._fill(draft, longs)
         else:
             draft.add_decodes(dec)
             keep = self.long_min_chunk if longs.size and state.m[longs[0]] > 0 else 0
             cap = draft.C - min(keep, draft.C)
             if self._long[dec].any():
                 cap = min(cap, self.colocate_tokens)
-            self._fill(draft, shorts, stop_at_blocked=True, budget=cap)
-            self._fill(draft, longs, stop_at_blocked=True)
+            self._fill(draft, shorts, budget=cap)
+            self._fill(draft, longs)
         return draft.plan()
 
     @staticmethod
-    def _fill(draft: BatchDraft, cand: np.ndarray, stop_at_blocked: bool, budget: int | None = None) -> None:
+    def _fill(draft: BatchDraft, cand: np.ndarray, budget: int | None = None) -> None:
+        """Prefill chunks of ``cand`` in order (``budget`` tokens in all), up to the first that cannot run."""
         used = 0
         for x in cand.tolist():
             room = draft.room(x)
             if budget is not None:
                 room = min(room, budget - used)
             if room <= 0:
-                if stop_at_blocked or draft.C <= 0:
-                    return
-                continue
+                return
             draft.add_prefill(x, room)
             used += room
             if draft.C <= 0 or draft.P <= 0:
@@ -103,8 +114,8 @@ def pecsched(**options) -> PecSched:
 
 
 @register_scheduler("pecsched-fifo", "PecSched's FIFO baseline: FCFS chunked prefill (head-of-line blocking)")
-def pecsched_fifo(**options) -> PecSched:
-    return PecSched(policy="fifo", **options)
+def pecsched_fifo(R_max: int | None = None) -> GetNextBatch:
+    return GetNextBatch(replace(FIFO, R_max=R_max), name="pecsched-fifo")
 
 
 @register_scheduler("pecsched-priority", "PecSched's priority baseline: short requests strictly first")

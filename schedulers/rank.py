@@ -12,5 +12,5 @@ for _name, _key, _what in (("rank-org", "arrival", "arrival order"),
                            ("rank-i", "input", "shortest input first"),
                            ("rank-o", "output", "shortest output first")):
     register_family(_name, f"Rank ({_what}): one group, hybrid batching, chunked prefill, P=C",
-                    priority="rank", hybrid=True, chunked=True, rank_key=_key, skip_on_fail=True,
+                    priority="rank", hybrid=True, chunked_prefill=True, rank_key=_key, skip_on_fail=True,
                     lookahead=False)

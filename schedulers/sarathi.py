@@ -11,12 +11,12 @@ KV in blocks of 16 tokens and a 1 % admission watermark.
 from .framework import register_family, register_preset
 
 register_family("sarathi", "Sarathi: decode priority, hybrid batching, chunked prefill, P=512",
-                priority="decode", hybrid=True, chunked=True, P=512)
+                priority="decode", hybrid=True, chunked_prefill=True, P=512)
 register_family("sarathi-pc", "Sarathi P=C: decode priority, hybrid batching, chunked prefill, P=C",
-                priority="decode", hybrid=True, chunked=True)
+                priority="decode", hybrid=True, chunked_prefill=True)
 register_family("sarathi-nocp", "Sarathi-nocp: decode priority, hybrid batching, no chunked prefill, P=C",
-                priority="decode", hybrid=True, chunked=False)
+                priority="decode", hybrid=True, chunked_prefill=False)
 register_family("sarathi-nohy", "Sarathi-nohy: decode priority, no hybrid batching, no chunked prefill, P=C",
-                priority="decode", hybrid=False, chunked=False)
+                priority="decode", hybrid=False, chunked_prefill=False)
 register_preset("sarathi-real", "Sarathi as deployed: 512-token budget counting decodes, KV blocks of 16 tokens, "
-                "a 1 % admission watermark", priority="decode", hybrid=True, chunked=True, P=512, C=512)
+                "a 1 % admission watermark", priority="decode", hybrid=True, chunked_prefill=True, P=512, C=512)

@@ -10,8 +10,8 @@ tokens and a 1 % admission watermark for first fills and refills.
 from .framework import register_family, register_preset
 
 register_family("vllm", "vLLM: prefill priority, no hybrid batching, no chunked prefill, P=C",
-                priority="prefill", hybrid=False, chunked=False)
+                priority="prefill", hybrid=False, chunked_prefill=False)
 register_family("vllm-hy", "vLLM-hy: prefill priority, hybrid batching, no chunked prefill, P=C",
-                priority="prefill", hybrid=True, chunked=False)
+                priority="prefill", hybrid=True, chunked_prefill=False)
 register_preset("vllm-real", "vLLM as deployed: vllm with KV blocks of 16 tokens and a 1 % admission watermark",
-                priority="prefill", hybrid=False, chunked=False)
+                priority="prefill", hybrid=False, chunked_prefill=False)
