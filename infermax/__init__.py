@@ -16,6 +16,7 @@ from . import schedulers
 from .engine import SchedulerStuckError, SimResult, simulate
 from .execute import execute
 from .metrics import metrics, metrics_by_tag
+from .policy import Policy
 from .replay import replay
 from .schedulers import register_scheduler
 from .state import ScheduleError
@@ -23,7 +24,7 @@ from .sweep import sweep
 from .trace import Trace
 from .types import Batch, Limits, Request, Schedule, Workload
 
-__all__ = ["Batch", "Bound", "OptimalResult", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
+__all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
            "Trace", "Workload", "execute", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers",
            "simulate", "sweep"]
 __version__ = "0.1.0"

@@ -100,11 +100,6 @@ class Policy:
             raise ValueError(f"Policy.watermark must be a fraction in [0, 1) of the KV blocks, got {w!r}")
 
     @property
-    def chunked(self) -> bool:
-        """``chunked_prefill`` (the name GetNextBatch's policy gave it before the two Policy classes were one)."""
-        return self.chunked_prefill
-
-    @property
     def is_static(self) -> bool:
         """Whether the rank key orders the workload once (a static named key) rather than every batch."""
         return isinstance(self.rank_key, str) and RANK_KEYS[self.rank_key].is_static

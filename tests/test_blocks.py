@@ -191,7 +191,7 @@ def test_watermark_option_is_strict():
 def test_presets_bring_blocks_watermark_and_sarathi_budget():
     v, s = get_scheduler("vllm-real:R_max=512"), get_scheduler("sarathi-real")
     assert v.describe()["block_size"] == 16 and v.describe()["watermark"] == 0.01 and v.policy.R_max == 512
-    assert s.policy.C == 512 and s.policy.P == 512 and not v.policy.chunked
+    assert s.policy.C == 512 and s.policy.P == 512 and not v.policy.chunked_prefill
     w = Workload.from_spec("fixed:I=300,O=40,B=30")
     res = simulate(w, "sarathi-real", Limits(M=6000, C=4096))
     assert res.schedule.meta["limits"]["block_size"] == 16           # simulate applied the preset's blocks
