@@ -1,0 +1,43 @@
+"""PecSched's and Medha's policy claims checked against solver-optimal plans (notebook 11).
+
+The results table has one row per (``instance``, ``policy``) of small long+short mixes — one long prompt
+among short ones, small enough that ``solve_optimal(objective="ttft:short")`` proves its plan optimal —
+with ``short_ttft_mean_s`` and ``long_jct_s``; the ``policy`` "optimal" row is the solver's plan and
+"bound" the certified lower bounds. Every comparison is between our own runs of the policies.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from claimlib import Claim, Ordering, cells, registrar
+
+CLAIMS: list[Claim] = []
+NB11 = "11_how_far_long_context"
+pecsched = registrar(CLAIMS, paper="PecSched", notebook=NB11)
+medha = registrar(CLAIMS, paper="Medha", notebook=NB11)
+
+
+def wide(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """``metric`` per instance (rows) and policy (columns)."""
+    return df.pivot(index="instance", columns="policy", values=metric)
+
+
+@pecsched("§3.2 (FIFO)", "letting short prefills preempt a long prefill cuts the short requests' TTFT vs FIFO "
+          "(ours: mean short TTFT, PecSched below FIFO, per small instance)", Ordering())
+def _(df):
+    t = wide(df, "short_ttft_mean_s")
+    return cells(t["pecsched"] < t["fifo"])
+
+
+@pecsched("§3.2, Table 2", "short-first priority makes the long requests wait: their JCT exceeds PecSched's "
+          "(ours: long-request JCT, priority above PecSched, per small instance)", Ordering())
+def _(df):
+    j = wide(df, "long_jct_s")
+    return cells(j["priority"] > j["pecsched"])
+
+
+@medha("§4.2 (ILRS)", "slack-based priority serves short requests before a long prefill, FCFS does not (ours: mean "
+       "short TTFT, Medha below Medha-FCFS, per small instance)", Ordering())
+def _(df):
+    t = wide(df, "short_ttft_mean_s")
+    return cells(t["medha"] < t["medha-fcfs"])
