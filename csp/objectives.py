@@ -55,22 +55,17 @@ METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_m
 
 
 def split_objective(name: str, workload: Workload | None = None) -> tuple[str, str | None]:
-    """``"ttft:short"`` -> ("ttft", "short"); ValueError naming the value (and, given ``workload``,
-    its tags when none of its requests has the tag)."""
-    if not isinstance(name, str):
-        raise ValueError(f"objective must be a string, got {name!r}")
-    base, sep, tag = name.partition(":")
+    """``"ttft:short"`` -> ("ttft", "short"); ``e2e`` is ``completion``. ValueError naming the value (parsed
+    by :func:`infermax.bounds.parse_objective`; given ``workload``, naming its tags when none has the tag)."""
+    obj = parse_objective(name)
+    base = name.partition(":")[0]
+    base = "completion" if base == "e2e" else base
     if base not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)} (or {'/'.join(TAGGABLE)}:TAG), "
-                         f"got {name!r}")
-    if sep and not tag:
-        raise ValueError(f"objective {name!r} names an empty tag; use e.g. {base}:short")
-    if tag and base not in TAGGABLE:
-        raise ValueError(f"objective {name!r}: {base} is a property of the whole schedule; per-tag objectives: "
-                         f"{', '.join(t + ':TAG' for t in TAGGABLE)}")
-    if tag and workload is not None:
-        members(workload, tag)            # ValueError naming the workload's tags
-    return base, tag or None
+        raise ValueError(f"solve_optimal has no objective {name!r} (quantiles are bounds only); use one of "
+                         f"{', '.join(OBJECTIVES)}, or {'/'.join(TAGGABLE)}:TAG")
+    if obj.tag is not None and workload is not None:
+        members(workload, obj.tag)            # ValueError naming the workload's tags
+    return base, obj.tag
 
 
 def is_monotone(name: str) -> bool:

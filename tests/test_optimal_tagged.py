@@ -66,5 +66,7 @@ def test_tagged_objective_errors_name_the_value():
         solve_optimal(workload, limits, cost, objective="latency:short")
     with pytest.raises(ValueError, match="no request .* has tag 'medium'"):
         solve_optimal(workload, limits, cost, objective="ttft:medium")
-    with pytest.raises(ValueError, match="objective must be one of"):
+    with pytest.raises(ValueError, match="'jct:short' has no bound"):
         solve_optimal(workload, limits, cost, objective="jct:short")
+    with pytest.raises(ValueError, match="solve_optimal has no objective 'ttft_p99'"):
+        solve_optimal(workload, limits, cost, objective="ttft_p99")
