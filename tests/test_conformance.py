@@ -196,9 +196,35 @@ def _with_batch(schedule: Schedule, j: int, batch: Batch | None) -> Schedule:
     return Schedule(tuple(out), dict(schedule.meta))
 
 
-def _mutation(rule: str, w: Workload, s: Schedule, wk: Walk, chunked: bool) -> tuple[Schedule, int] | None:
-    """The schedule with one batch changed so that it breaks ``rule`` (module docstring), or None.
-    ``chunked``: a chunk made too long continues a fill (m > 0 before it)."""
+def _refilled_later(w: Workload, s: Schedule, wk: Walk, i: int, j: int, base: Limits) -> Schedule | None:
+    """``s`` with the first decode of request i after batch j turned into an evict-and-refill of its whole
+    context (a valid schedule, the same next state), if that batch has room for it, every batch from j
+    until then holds at most M - 1 KV tokens and the request at most I + O - 3 (one token more stays below
+    its peak); else None. One token too many in the fill of batch j then reaches the refill, which drops
+    it, instead of the request's completion, which would show it."""
+    for r in range(j + 1, len(s)):
+        if wk.c[i, r] == 0:
+            continue
+        peak = int(w.input_lens[i] + w.output_lens[i] - 1)
+        if wk.e[i, r] or wk.m[i, r] < wk.inp[i, r] or wk.m[i, r] + 1 > peak - 1 \
+                or not np.all(wk.kv[j:r] <= base.M - 1):
+            return None
+        refill = int(wk.m[i, r]) + 1
+        if wk.tokens[r] - 1 + refill > base.C or wk.prefill[r] + refill > base.P:
+            return None
+        b = s[r]
+        tokens = np.where(b.ids == w.ids[i], refill, b.tokens)
+        return _with_batch(s, r, Batch(b.ids, tokens, np.append(b.evict, w.ids[i]), b.not_before_s))
+    return None
+
+
+def _mutation(rule: str, w: Workload, s: Schedule, wk: Walk, base: Limits,
+              chunked: bool) -> tuple[Schedule, Schedule, int] | None:
+    """(the schedule, the schedule with one batch changed so that it breaks ``rule``, that batch), or None.
+
+    A prefill chunk made one token too long completes a fill: with ``chunked``, one that continues a fill
+    (m > 0 before it); else a whole fill, the request's next decode turned into an evict-and-refill
+    (:func:`_refilled_later`) in the schedule itself."""
     ids, B, n = w.ids, len(w), len(s)
     for j, b in enumerate(s):
         idx = w.indices_of(b.ids)
@@ -207,20 +233,25 @@ def _mutation(rule: str, w: Workload, s: Schedule, wk: Walk, chunked: bool) -> t
                           wk.m[:, j] + 1, wk.inp[:, j])
         for k, i in enumerate(idx):
             prefill = m_ev[i] < inp_ev[i]
-            if (rule == "prefill-chunk" and prefill and m_ev[i] + b.tokens[k] == inp_ev[i]
-                    and (m_ev[i] > 0 or not chunked)) or \
-                    (rule == "decode-chunk" and not prefill):
-                tokens = b.tokens.copy()
-                tokens[k] += 1
-                return _with_batch(s, j, Batch(b.ids, tokens, b.evict, b.not_before_s)), j
+            if rule == "prefill-chunk" and prefill and m_ev[i] + b.tokens[k] == inp_ev[i]:
+                valid = s if chunked else _refilled_later(w, s, wk, i, j, base)
+                if valid is None or (chunked and m_ev[i] == 0):
+                    continue
+            elif not (rule == "decode-chunk" and not prefill):
+                continue
+            else:
+                valid = s
+            tokens = b.tokens.copy()
+            tokens[k] += 1
+            return valid, _with_batch(valid, j, Batch(b.ids, tokens, b.evict, b.not_before_s)), j
         if rule == "evict":
             idle = [i for i in range(B) if wk.m[i, j] == 0 and wk.gen[i, j] < w.output_lens[i]
                     and i not in idx and not wk.e[i, j]]
             if idle:
                 evict = np.append(b.evict, ids[idle[0]])
-                return _with_batch(s, j, Batch(b.ids, b.tokens, evict, b.not_before_s)), j
+                return s, _with_batch(s, j, Batch(b.ids, b.tokens, evict, b.not_before_s)), j
     if rule == "finished":                       # one more token for a request already done
-        return _with_batch(s, n, Batch(ids[[0]], np.array([1]))), n
+        return s, _with_batch(s, n, Batch(ids[[0]], np.array([1]))), n
     if rule == "incomplete":                     # the last batch: one of its completing requests a token short
         last = s[n - 1]
         idx = w.indices_of(last.ids)
@@ -231,7 +262,7 @@ def _mutation(rule: str, w: Workload, s: Schedule, wk: Walk, chunked: bool) -> t
         tokens[done[0]] -= 1
         keep = tokens > 0
         batch = Batch(last.ids[keep], tokens[keep], last.evict, last.not_before_s) if keep.any() else None
-        return _with_batch(s, n - 1, batch), n - 1
+        return s, _with_batch(s, n - 1, batch), n - 1
     return None
 
 
@@ -285,9 +316,9 @@ def case_of(rule: str, k: int = 0, chunked: bool = False) -> Case:
                 if got is not None and not np.any((wk.e[:, got[2]] > 0) & (wk.c[:, got[2]] > 0)):
                     return Case(rule, w, got[0], s, got[1], None if rule == "kv-freed" else s, got[2], seed)
                 continue
-            got = _mutation(rule, w, s, wk, chunked)
+            got = _mutation(rule, w, s, wk, base, chunked)
             if got is not None:
-                return Case(rule, w, base, s, base, got[0], got[1], seed)
+                return Case(rule, w, base, got[0], base, got[1], got[2], seed)
     raise AssertionError(f"[{rule}] no seeded instance gives case {k} of this rule")
 
 
