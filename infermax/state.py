@@ -225,7 +225,7 @@ class ServingState:
         lim = self.limits
         self.gen[i] = gen
         fits = (self.kv_used + self.external_kv + kv <= lim.M and self.num_running < lim.max_running
-                and (self._block == 1 or self.blocks_used + int(lim.kv_blocks(kv + self.external_kv))
+                and (self._block == 1 or self.blocks_used + int(lim.kv_blocks(kv)) + self._external_blocks()
                      <= lim.num_blocks))
         if fits:
             self.m[i] = kv
@@ -238,6 +238,10 @@ class ServingState:
             self.inp[i] = kv + 1
             self.num_evictions[i] += 1
             self.refill_tokens[i] += kv
+
+    def _external_blocks(self) -> int:
+        """Blocks of the KV held for work scheduled elsewhere (rounded on its own, as ``apply`` counts it)."""
+        return int(self.limits.kv_blocks(self.external_kv)) if self.external_kv and self._block > 1 else 0
 
     def _queue(self, i: int, time_s: float) -> None:
         if not self._dispatched:
@@ -358,8 +362,9 @@ class ServingState:
         blocks = 0
         if self._block > 1:
             blocks = self.blocks_used + int((lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)).sum())
-            if blocks + (int(lim.kv_blocks(self.external_kv)) if self.external_kv else 0) > lim.num_blocks:
-                raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks} blocks of block_size = "
+            if blocks + self._external_blocks() > lim.num_blocks:
+                raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
+                                    f"blocks of block_size = "
                                     f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
                                     f"({kv} tokens, M = {lim.M})")
         if running > lim.max_running:
@@ -485,7 +490,8 @@ class ServingState:
                 raise ScheduleError(j + s, "M", f"KV cache would hold {kv[s]} tokens{held} > M = {self.limits.M}")
         if bad_step is not None:
             lim = self.limits
-            held = int(self.blocks_used + (lim.kv_blocks(m0 + bad_step + 1) - lim.kv_blocks(m0)).sum())
+            held = int(self.blocks_used + (lim.kv_blocks(m0 + bad_step + 1) - lim.kv_blocks(m0)).sum()
+                       + self._external_blocks())
             raise ScheduleError(j + bad_step, "M-blocks", f"KV cache would hold {held} blocks of block_size = "
                                 f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} (M = {lim.M})")
         if n > self.limits.C:
@@ -515,19 +521,21 @@ class ServingState:
 
     def _blocks_after_decodes(self, m0: np.ndarray, num_steps: int) -> tuple[int, int | None]:
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,
-        whose blocks exceed M // block_size, or None): the count only grows with the steps."""
+        whose blocks, with those of the external KV, exceed M // block_size, or None): the count only grows
+        with the steps."""
         lim = self.limits
         base = self.blocks_used - int(lim.kv_blocks(m0).sum())
+        room = lim.num_blocks - self._external_blocks()
 
         def blocks(s: int) -> int:
             return base + int(lim.kv_blocks(m0 + s).sum())
         last = blocks(num_steps)
-        if last <= lim.num_blocks:
+        if last <= room:
             return last, None
         lo, hi = 0, num_steps            # blocks(lo) fits, blocks(hi) does not
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if blocks(mid) <= lim.num_blocks else (lo, mid)
+            lo, hi = (mid, hi) if blocks(mid) <= room else (lo, mid)
         return last, hi - 1
 
 

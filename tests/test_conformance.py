@@ -32,7 +32,7 @@ answers the question it can:
 Cases come from whole-fill schedulers (every encoding reads them) and, for the judge, the
 per-request MILP and the relaxations, from chunked ones too (ids ``/chunked``); the default run
 takes one instance per rule, the slow run three more (ids ``#k``). Every failure message starts
-with ``[rule] encoding:``. The inconsistencies found are strict xfail tests at the end.
+with ``[rule] encoding:``. The two inconsistencies they found (state.py, the external KV's blocks) are regression tests at the end.
 """
 from __future__ import annotations
 
@@ -705,10 +705,7 @@ def test_trajectory_and_configuration_lps(rule, k, chunked):
                                                f"exceeds the latency {latency!r} of a schedule that obeys every rule")
 
 
-# --- inconsistencies found (strict xfail: the fix removes the marker) -----------------------------------
-@pytest.mark.xfail(strict=True, reason="ServingState._take_kv admits received KV counting ceil((kv + external_kv) "
-                   "/ block_size) blocks, ServingState.apply counts ceil(external_kv / block_size) apart: a "
-                   "migrated decode admitted by receive() can leave more than M // block_size blocks held")
+# --- inconsistencies found by these tests, fixed in infermax/state.py (the external KV's blocks counted apart) ---
 @pytest.mark.parametrize("case", [pytest.param(None, id="M-blocks@judge-receive")])
 def test_received_decode_fits_the_blocks_apply_counts(case):
     """A decode received with its KV (the cluster's disaggregated prefill) is admitted only if the replica then
@@ -726,10 +723,6 @@ def test_received_decode_fits_the_blocks_apply_counts(case):
         f"apply counts them > M // block_size = {lim.num_blocks}; its next batch is refused [M-blocks]")
 
 
-@pytest.mark.xfail(strict=True, reason="ServingState._decode_segment checks the blocks of a decode run without the "
-                   "external KV's (_blocks_after_decodes), while ServingState.apply adds kv_blocks(external_kv): "
-                   "apply_decode_run accepts decodes apply refuses (latent: only the single-replica engine "
-                   "fast-forwards, and there external_kv is 0)")
 @pytest.mark.parametrize("case", [pytest.param(None, id="M-blocks@judge-decode-run")])
 def test_decode_run_counts_the_external_blocks(case):
     """``apply_decode_run`` is ``apply`` batch for batch (its docstring), also with KV held for work elsewhere."""
