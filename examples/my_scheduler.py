@@ -7,14 +7,15 @@ never has to evict.
 import numpy as np
 
 from infermax.schedulers import Plan, Scheduler
+from infermax.state import Status
 
 
 class ShortestPromptFirst(Scheduler):
     name = "shortest-prompt-first"
 
     def next_batch(self, state) -> Plan:
-        running = np.flatnonzero(state.status == 2)       # RUNNING: holds KV
-        waiting = np.flatnonzero(state.status == 1)       # WAITING: arrived, no KV
+        running = np.flatnonzero(state.status == Status.RUNNING)     # holds KV
+        waiting = np.flatnonzero(state.status == Status.WAITING)     # arrived, holds no KV
         peak = state.input_lens + state.output_lens - 1
         free_kv = state.limits.M - int(peak[running].sum())
         budget = state.limits.C - running.size

@@ -14,7 +14,7 @@ import numpy as np
 
 from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
-from .state import ServingState
+from .state import WAITING, ServingState
 from .trace import Trace, TraceRecorder
 from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
@@ -79,7 +79,7 @@ class _BatchList:
 
 def _stuck_message(state: ServingState, scheduler_name: str) -> str:
     act = state.active
-    waiting = act[state.status[act] == 1]
+    waiting = act[state.status[act] == WAITING]
     who = ""
     if waiting.size:
         i = int(waiting.min())

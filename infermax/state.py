@@ -18,6 +18,7 @@ takes whole blocks, Σ ceil(m / block_size) <= M // block_size (rule ``M-blocks`
 from __future__ import annotations
 
 from bisect import bisect_left
+from enum import IntEnum
 from itertools import accumulate
 from typing import NamedTuple
 
@@ -26,7 +27,16 @@ import numpy as np
 from .costmodel import CostModel
 from .types import Limits, Workload
 
-FUTURE, WAITING, RUNNING, DONE = 0, 1, 2, 3
+class Status(IntEnum):
+    """A request's state in ``ServingState.status`` (an int8 array: compare with these names)."""
+
+    FUTURE = 0       # not arrived (or not dispatched here)
+    WAITING = 1      # arrived, holds no KV
+    RUNNING = 2      # holds KV
+    DONE = 3         # finished, its KV freed
+
+
+FUTURE, WAITING, RUNNING, DONE = Status.FUTURE, Status.WAITING, Status.RUNNING, Status.DONE
 
 
 class ScheduleError(ValueError):

@@ -12,6 +12,7 @@ from infermax.bounds.lagrangian import fill_table
 from infermax.cli import main
 from infermax.costmodel import LinearCostModel, get_cost_model
 from infermax.schedulers import Plan, Scheduler, get_scheduler
+from infermax.state import Status
 
 from factories import ALL_SCHEDULERS, small_instances
 
@@ -107,7 +108,7 @@ class OverbookingScheduler(Scheduler):
     name = "overbooker"
 
     def next_batch(self, state) -> Plan:
-        idx = np.flatnonzero(state.status == 1)
+        idx = np.flatnonzero(state.status == Status.WAITING)
         return Plan(idx, state.inp[idx] - state.m[idx], np.zeros(0, dtype=np.int64))
 
 
