@@ -27,22 +27,24 @@ from infermax.types import Limits, Schedule, Workload
 from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 
-from . import aggregate, backends, batchcount, batchtable, classstate, search, trajectorylp
+from . import backends
+from .milp import aggregate
+from .search import astar as search, batchcount, batchtable, classstate, trajectorylp
 from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
                      MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
                      REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
                      INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted)
-from .extract import to_schedule
-from .flows import add_class_flows
-from .formulation import Formulation, build_core, check_instance, empty_formulation
-from .linearize import to_milp
-from .objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
-from .policy import Policy
+from .milp.extract import to_schedule
+from .milp.flows import add_class_flows
+from .milp.formulation import Formulation, build_core, check_instance, empty_formulation
+from .milp.linearize import to_milp
+from .milp.objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
+from .milp.policy import Policy
 from .progress import SolveProgress, Tracker
 from .result import OptimalResult, make_result, meets, no_schedule, search_result
-from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
+from .milp.strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
                             add_valid_inequalities, batch_count_lower_bound)
-from .trajectory import merge_chunks
+from .milp.trajectory import merge_chunks
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency, horizon_for_ttft
 
 log = logging.getLogger(__name__)

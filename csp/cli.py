@@ -18,8 +18,8 @@ from typing import Any
 
 from .api import METHODS
 from .backends import backend_names
-from .objectives import OBJECTIVES, TAGGABLE
-from .policy import Policy
+from .milp.objectives import OBJECTIVES, TAGGABLE
+from .milp.policy import Policy
 
 SUMMARY = ("status", "method", "objective", "bound", "bound_method", "gap", "wall_s", "num_batches", "num_evictions",
            "horizon", "horizon_proven", "warm_start", "stopped")

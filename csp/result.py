@@ -22,8 +22,8 @@ from infermax.replay import replay
 from infermax.types import Schedule
 
 from .backends import SolveResult
-from .formulation import Formulation
-from .objectives import trace_objective
+from .milp.formulation import Formulation
+from .milp.objectives import trace_objective
 from .warmstart import WarmStart
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,11 @@ from infermax.replay import replay
 from infermax.state import ScheduleError
 from infermax.types import Limits, Schedule, Workload
 
-from .flows import assign_flows
-from .formulation import Formulation
-from .objectives import linear_coefficients, nonattention_segments, trace_objective
-from .policy import Policy
-from .trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
+from .milp.flows import assign_flows
+from .milp.formulation import Formulation
+from .milp.objectives import linear_coefficients, nonattention_segments, trace_objective
+from .milp.policy import Policy
+from .milp.trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
 
 log = logging.getLogger(__name__)
 

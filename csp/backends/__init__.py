@@ -1,4 +1,4 @@
-"""Solver backends: each translates a :class:`~infermax.csp.model.Model` and solves it.
+"""Solver backends: each translates a :class:`~infermax.csp.milp.model.Model` and solves it.
 
 ``cpsat`` (OR-Tools CP-SAT, the default), ``scip`` (OR-Tools MathOpt with SCIP),
 ``highs`` (highspy), ``gurobi`` (gurobipy; its pip licence caps the model size),

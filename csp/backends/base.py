@@ -119,7 +119,7 @@ class MipInput:
 def prepare_mip(model, hint: dict[int, float] | None, indicators: str, products: str, big_m: str) -> MipInput:
     """The common first step of the MIP backends: translate (:func:`~..linearize.to_milp`), merge the
     hint, and scale the objective from its value at the hint (:func:`objective_scale`)."""
-    from ..linearize import to_milp
+    from ..milp.linearize import to_milp
 
     hints = hint_vector(model, hint)
     milp, facts = to_milp(model, indicators=indicators, products=products, big_m=big_m)

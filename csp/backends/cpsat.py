@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Model
+from ..milp.model import Model
 from .base import BackendUnavailable, SolveResult, hint_vector
 
 NAME = "cpsat"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 
-from ..model import Model
+from ..milp.model import Model
 from .base import (BackendUnavailable, ModelTooLarge, SolveResult, certified_bound, original_values, prepare_mip,
                    solver_gaps)
 

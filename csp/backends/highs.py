@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from ..model import Model
+from ..milp.model import Model
 from .base import (BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, run_isolated,
                    solver_gaps)
 

@@ -47,9 +47,9 @@ from infermax.costmodel import CostModel
 from infermax.types import Batch, Limits, Schedule, Workload
 
 from .batchtable import RemainingBatches
-from .formulation import num_identical_classes
-from .objectives import linear_coefficients
-from .policy import Policy
+from ..milp.formulation import num_identical_classes
+from ..milp.objectives import linear_coefficients
+from ..milp.policy import Policy
 
 
 def classes_of(workload: Workload) -> list[tuple[int, int, list[int]]]:

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from infermax.costmodel import CostModel
 from infermax.types import Limits, Schedule, Workload
 
-from .aggregate import chunking_bound_holds
+from ..milp.aggregate import chunking_bound_holds
 from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
-from .objectives import linear_coefficients
-from .policy import Policy
+from ..milp.objectives import linear_coefficients
+from ..milp.policy import Policy
 from .trajectorybound import TrajectoryBound
 
 
