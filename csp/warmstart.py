@@ -24,7 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from infermax.costmodel import CostModel
+from infermax.costmodel import CostModel, linear_coefficients
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.state import ScheduleError
@@ -32,7 +32,7 @@ from infermax.types import Limits, Schedule, Workload
 
 from .milp.flows import assign_flows
 from .milp.formulation import Formulation
-from .milp.objectives import linear_coefficients, nonattention_segments, trace_objective
+from .milp.objectives import nonattention_segments, trace_objective
 from .milp.policy import Policy
 from .milp.trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
 
@@ -78,7 +78,7 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
 
 def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> int:
     """Batches an optimal latency schedule can have: ⌊(UB - work lower bound) / β⌋ (valid, see module doc)."""
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the horizon proof")
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     slope = segs[0][1]
     beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
@@ -116,7 +116,7 @@ def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: C
     I, O = workload.input_lens, workload.output_lens
     chosen = np.zeros(len(workload), dtype=bool)
     chosen[np.arange(len(workload)) if which is None else np.asarray(which, dtype=np.int64)] = True
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the horizon proof")
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
     if beta <= 0:
