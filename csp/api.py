@@ -27,6 +27,7 @@ from infermax.types import Limits, Schedule, Workload
 from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 
+from .backends import Status
 from . import backends
 from .milp import aggregate
 from .search import astar as search, batchcount, batchtable, classstate, trajectorylp
@@ -257,7 +258,7 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
     if method == "search" or (method == "auto" and search_ok and ws is not None):
         track.stage("class-state search")
         found = _solve_search(ws=ws, reserve=method != "search", **common)
-        track.offer(found, final=method == "search" or found.status == "infeasible")
+        track.offer(found, final=method == "search" or found.status == Status.INFEASIBLE)
         if done():
             return
         if found.info["search"]["batch_table_complete"]:
@@ -271,7 +272,7 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
             return
         track.stage("aggregate MILP")
         first = _solve_aggregate(ws=ws, least_batches=least_batches, **common)
-        track.offer(first, final=method == "aggregate" or first.status == "infeasible")
+        track.offer(first, final=method == "aggregate" or first.status == Status.INFEASIBLE)
         if done() or budget.share(reserve_s=1.0) is None:
             return
         if first.schedule is not None:

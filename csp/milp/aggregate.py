@@ -78,7 +78,6 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
         r = workload.requests[cls[0]]
         n, I, O = len(cls), r.input_len, r.output_len
         F = class_flow(fm, cls, n, I, O, policy.allow_eviction)
-        F.cls, F.I, F.O = cls, I, O
         v.flows.append(F)
         for j in range(J):
             b = batch[j]

@@ -228,7 +228,7 @@ def own_batch_time(fm: Formulation, i: int) -> LinExpr:
     for j in range(J):
         e = e + (v.f0 + k.prefill_bias_s) * v.cz[i][j] + slope * v.c[i][j] \
             + (k.decode_bias_s - k.prefill_bias_s) * v.dp[i][j] + k.decode_kv_s * v.kvd[i][j]
-        if getattr(v, "pw", None) and v.pw[i][j] is not None:
+        if v.pw and v.pw[i][j] is not None:
             e = e + k.prefill_attn_s * v.pw[i][j]
     return e
 
