@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from infermax.bounds.objectives import members, parse_objective, trace_value
-from infermax.costmodel import CostModel, linear_coefficients
+from infermax.costmodel import linear_coefficients
 from infermax.types import Workload
 
 from .formulation import Formulation
