@@ -240,6 +240,13 @@ class SearchOutcome:
     batch_table_complete: bool    # whether ``min_batches`` is exact (the table of batches left is complete)
     incumbent: str                # who found the schedule the search started from or returned
 
+    def next_warm_start(self, ws: WarmStart | None) -> WarmStart | None:
+        """The warm start of the next stage: the search's schedule if it has one, else ``ws``."""
+        r = self.result
+        if r.schedule is None or r.objective is None:
+            return ws
+        return WarmStart(self.incumbent, r.schedule, r.objective, r.metrics["latency_s"])
+
 
 def _methods(method: str, workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy,
              target: float | None) -> Methods:
@@ -329,13 +336,9 @@ def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "T
         track.offer(found.result, final=method == "search" or found.result.status == Status.INFEASIBLE)
         if done():
             return
-        if found.batch_table_complete:
-            least_batches = found.min_batches
-        if found.result.schedule is not None and found.result.objective is not None:
-            ws = WarmStart(found.incumbent, found.result.schedule, found.result.objective,
-                           found.result.metrics["latency_s"])
-    has_class = len(aggregate.num_identical_classes(stage.workload)) < len(stage.workload)
-    if method == "aggregate" or (method == "auto" and methods.aggregate_ok and has_class):
+        least_batches = found.min_batches if found.batch_table_complete else None
+        ws = found.next_warm_start(ws)
+    if method == "aggregate" or (method == "auto" and methods.aggregate_ok and _has_class(stage.workload)):
         if budget.share() is None:
             return
         track.stage("aggregate MILP")
@@ -349,6 +352,11 @@ def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "T
         return
     track.stage("per-request MILP")
     track.offer(_solve_per_request(stage, ws=ws, target=methods.target), final=True)
+
+
+def _has_class(workload: Workload) -> bool:
+    """Whether two requests are interchangeable (the aggregate model has something to aggregate)."""
+    return len(aggregate.num_identical_classes(workload)) < len(workload)
 
 
 def _warm_start_schedules(source: "str | Schedule | None", workload: Workload, limits: Limits, cost: CostModel,
