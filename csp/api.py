@@ -32,7 +32,7 @@ from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TA
                      MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
                      REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
                      INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted)
-from .backends import Status
+from .backends import SolveStatus
 from .milp import aggregate
 from .milp.extract import to_schedule
 from .milp.flows import add_class_flows
@@ -333,7 +333,7 @@ def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "T
     if method == "search" or (method == "auto" and methods.search_ok and ws is not None):
         track.stage("class-state search")
         found = _solve_search(stage, ws=ws, reserve=method != "search")
-        track.offer(found.result, final=method == "search" or found.result.status == Status.INFEASIBLE)
+        track.offer(found.result, final=method == "search" or found.result.status == SolveStatus.INFEASIBLE)
         if done():
             return
         least_batches = found.min_batches if found.batch_table_complete else None
@@ -343,7 +343,7 @@ def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "T
             return
         track.stage("aggregate MILP")
         first = _solve_aggregate(stage, ws=ws, least_batches=least_batches)
-        track.offer(first, final=method == "aggregate" or first.status == Status.INFEASIBLE)
+        track.offer(first, final=method == "aggregate" or first.status == SolveStatus.INFEASIBLE)
         if done() or budget.share(reserve_s=1.0) is None:
             return
         if first.schedule is not None:

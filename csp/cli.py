@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .api import METHODS
-from .backends import Status, backend_names
+from .backends import SolveStatus, backend_names
 from .milp.objectives import OBJECTIVES, TAGGABLE
 from .milp.policy import Policy
 
@@ -133,7 +133,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             if isinstance(value, float):
                 value = f"{value:.6g}"
             print(f"{key.rjust(width)}  {value}")
-        if r.status == Status.INFEASIBLE and args.better_than is not None:
+        if r.status == SolveStatus.INFEASIBLE and args.better_than is not None:
             print(f"no schedule is {args.by:.0%} better than {args.better_than}"
                   + ("" if r.horizon_proven else f" within {r.horizon} batches"))
     if interrupted:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .base import BackendUnavailable, ModelTooLarge, SolveResult, Status
+from .base import BackendUnavailable, ModelTooLarge, SolveResult, SolveStatus
 
 _MODULES = {"cpsat": "cpsat", "scip": "mathopt", "highs": "highs", "gurobi": "gurobi", "cbc": "pulp"}
 ALIASES = {"cp-sat": "cpsat", "ortools": "cpsat", "mathopt": "scip", "pulp": "cbc", "highspy": "highs",
@@ -33,5 +33,5 @@ def available_backends() -> list[str]:
     return [n for n in _MODULES if get_backend(n).is_available()]
 
 
-__all__ = ["BackendUnavailable", "ModelTooLarge", "SolveResult", "Status", "available_backends", "backend_names",
+__all__ = ["BackendUnavailable", "ModelTooLarge", "SolveResult", "SolveStatus", "available_backends", "backend_names",
            "get_backend"]

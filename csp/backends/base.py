@@ -15,8 +15,8 @@ import numpy as np
 
 
 
-class Status(str, Enum):
-    """How a solve ended. A ``str``, so that ``status == Status.OPTIMAL``, JSON and printing keep the plain names.
+class SolveStatus(str, Enum):
+    """How a solve ended. A ``str``, so that ``status == SolveStatus.OPTIMAL``, JSON and printing keep the plain names.
 
     OPTIMAL: within the gap asked for, on a horizon proven to hold an optimum; FEASIBLE: a schedule
     without that proof; INFEASIBLE: no schedule (within the horizon, or better than the target);
@@ -51,7 +51,7 @@ class ModelTooLarge(ValueError):
 class SolveResult:
     """A backend's answer: status, variable values (None without a solution), objective and bound."""
 
-    status: Status
+    status: SolveStatus
     values: np.ndarray | None
     objective: float | None
     bound: float | None
@@ -60,9 +60,10 @@ class SolveResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.status not in tuple(Status):
-            raise ValueError(f"SolveResult.status must be one of {[s.value for s in Status]}, got {self.status!r}")
-        object.__setattr__(self, "status", Status(self.status))
+        if self.status not in tuple(SolveStatus):
+            raise ValueError(f"SolveResult.status must be one of {[s.value for s in SolveStatus]}, "
+                             f"got {self.status!r}")
+        object.__setattr__(self, "status", SolveStatus(self.status))
 
     @property
     def has_solution(self) -> bool:
@@ -109,7 +110,7 @@ def certified_bound(bound: float | None, objective: float | None, status: str, r
     backend's ("optimal": the incumbent is proven within those gaps even without a reported bound).
     """
     candidates = [b for b in (bound,) if b is not None and math.isfinite(b)]
-    if objective is not None and math.isfinite(objective) and (candidates or status == Status.OPTIMAL):
+    if objective is not None and math.isfinite(objective) and (candidates or status == SolveStatus.OPTIMAL):
         candidates.append(objective - max(abs_gap, rel_gap * abs(objective)))
     if not candidates:
         return None
