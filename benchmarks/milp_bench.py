@@ -19,7 +19,7 @@ Sections (all numbers are measured by this script on the machine it runs on):
 - astar: the exact search without its successor cut, with it, and with the
   trajectory LP's Lagrangian tables, B = 5 … 8, as wall-time ratios (same optimum).
 - rootlp: the certified root bound of the trajectory LPs alone and with configuration
-  LPs (whole batches, :mod:`infermax.csp.configlp`) in the same time, B = 8 … 16, as
+  LPs (whole batches, :mod:`infermax.csp.search.configlp`) in the same time, B = 8 … 16, as
   ratios to the pilot search's schedule (the gap each leaves).
 - ablation: time to optimality (or the gap left) with one strengthening off, and
   for I=O=16, B=5..7: the class-state search, A* alone (no batches-left table, no
@@ -141,7 +141,7 @@ def _search_without_table(B: int, time_limit: float, gap: float) -> dict[str, An
     """A* alone from the best heuristic, no table of exact batches left and no beam (what the table buys)."""
     from infermax import Limits, Workload, simulate
     from infermax.costmodel import get_cost_model
-    from infermax.csp.search import exact_search
+    from infermax.csp.search.astar import exact_search
 
     w, lim, cost = Workload.from_spec(f"fixed:I=16,O=16,B={B}"), Limits.from_spec("M=128,C=4096"), get_cost_model()
     upper = min(simulate(w, name, lim, cost).metrics["latency_s"] for name in ("vllm", "sarathi", "rank-i"))
@@ -157,7 +157,7 @@ def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     """Schedules without proof: beam (ranked by the lower bound) against pilot (ranked by completions)."""
     from infermax import Limits, Workload, metrics, replay
     from infermax.costmodel import get_cost_model
-    from infermax.csp.search import beam_search, pilot_search
+    from infermax.csp.search.astar import beam_search, pilot_search
 
     lim, cost = Limits.from_spec("M=128,C=4096"), get_cost_model()
     rows = []
@@ -183,12 +183,12 @@ def run_incumbents(time_limit: float, max_B: int) -> list[dict[str, Any]]:
 def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     """A* three ways, from the same table and pilot incumbent: without the successor cut, with it (batches
     that cannot beat the cutoff dropped before their evictions are enumerated), and with the cut and the
-    trajectory LP's Lagrangian tables (:mod:`infermax.csp.trajectorybound`, given a sixth of the budget, as
+    trajectory LP's Lagrangian tables (:mod:`infermax.csp.search.trajectorybound`, given a sixth of the budget, as
     ``solve_optimal`` does) — wall-time ratios in the same process."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
-    from infermax.csp.batchtable import RemainingBatches
-    from infermax.csp.search import exact_search, pilot_search
+    from infermax.csp.search.batchtable import RemainingBatches
+    from infermax.csp.search.astar import exact_search, pilot_search
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
     variants = {"uncut": {"cut_successors": False}, "cut": {}, "lp": {"lp_budget_s": time_limit / 6}}
@@ -225,9 +225,9 @@ def run_rootlp(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     No batches-left table: Y starts at the class-state bound's least batch count."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
-    from infermax.csp.classstate import ClassStateSpace
-    from infermax.csp.search import pilot_search
-    from infermax.csp.trajectorybound import TrajectoryBound
+    from infermax.csp.search.classstate import ClassStateSpace
+    from infermax.csp.search.astar import pilot_search
+    from infermax.csp.search.trajectorybound import TrajectoryBound
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
     rows, per_y = [], []

@@ -15,7 +15,7 @@
 """
 from .base import CostModel
 from .catalog import ProfiledCostModel, register_catalog
-from .linear import LinearCoefficients, LinearCostModel
+from .linear import LinearCoefficients, LinearCostModel, linear_coefficients
 from .parallel import ParallelConfig, ParallelCostModel
 from .registry import available_cost_models, get_cost_model, register_cost_model
 from .roofline import RooflineCostModel
@@ -27,4 +27,5 @@ register_scaled()
 
 __all__ = ["GPUS", "MODELS", "CostModel", "GpuSpec", "LinearCoefficients", "LinearCostModel", "ModelSpec",
            "ParallelConfig", "ParallelCostModel", "ProfiledCostModel", "RooflineCostModel", "available_cost_models",
-           "get_cost_model", "get_gpu_spec", "get_model_spec", "kv_capacity_tokens", "register_cost_model"]
+           "get_cost_model", "get_gpu_spec", "get_model_spec", "kv_capacity_tokens", "linear_coefficients",
+           "register_cost_model"]

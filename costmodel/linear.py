@@ -267,3 +267,18 @@ class LinearCostModel(CostModel):
             raise ValueError(f"cost model coefficients give a one-token {zero} batch 0 s (every coefficient it "
                              f"uses is 0); time would stand still")
         return cls(k, name=data.get("name", "linear"), description=data.get("description", ""))
+
+
+def linear_coefficients(cost: CostModel, needed_by: str) -> LinearCoefficients:
+    """The coefficients whose formula ``cost.batch_time`` follows: the one "is this cost model linear?" check.
+
+    A cost model is linear when it is a :class:`LinearCostModel` that declares ``is_linear`` (ring
+    sequence parallelism does not: its attention is not the formula of its coefficients). The MILP,
+    the class-state search and the bounds all read the model through this; ``needed_by`` names the
+    reader in the ValueError raised for any other model.
+    """
+    if not isinstance(cost, LinearCostModel) or not cost.is_linear:
+        raise ValueError(f"{needed_by} needs a linear cost model (infermax.costmodel.LinearCostModel, batch time "
+                         f"exactly the formula of its coefficients); got {type(cost).__name__} "
+                         f"{getattr(cost, 'name', cost)!r}")
+    return cost.coefficients

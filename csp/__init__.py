@@ -1,16 +1,24 @@
 """infermax.csp — optimal schedules from the CSP/MILP of infermax.txt §3.3.
 
-``solve_optimal(workload, limits, cost, objective, backend, time_limit_s)``
-builds a solver-neutral model (:mod:`.model`): the per-request model of the
-paper (:mod:`.formulation`, :mod:`.objectives`) made strong by
-:mod:`.strengthening` and the class flows of :mod:`.flows`, or the aggregated
-class-flow model of :mod:`.aggregate` for interchangeable requests. It is
-warm-started from the best heuristic (:mod:`.warmstart`, :mod:`.trajectory`),
-solved by one of :mod:`.backends` (CP-SAT by default), read back
-(:mod:`.extract`) and returned as an :class:`OptimalResult` whose schedule has
-been replayed. ``infermax solve`` is :mod:`.cli`.
+``solve_optimal(workload, limits, cost, objective, backend, time_limit_s)`` is the conductor
+(:mod:`.api`): it runs stages, each handed its time by one :class:`~.budget.Budget` and each
+returning a typed result that a :class:`~.progress.Tracker` combines. Two packages do the work:
+
+- :mod:`.milp` — the solver-neutral per-request model of the paper and the aggregated class-flow
+  model (model, formulation, objectives, strengthening, flows, linearisation, read-back);
+- :mod:`.search` — exact A* and anytime searches over class states for interchangeable requests,
+  with the chain-packing relaxation and the trajectory/configuration LP bounds.
+
+The conductor's own modules, in the order a call uses them:
+
+- :mod:`.budget` — the one clock of a call and the named shares each stage gets;
+- :mod:`.warmstart` — the best heuristic schedule, the proven horizon, the hint for the model;
+- :mod:`.backends` — one module per solver (CP-SAT by default); the only place solvers are imported;
+- :mod:`.result` — :class:`OptimalResult`: extract, replay, compare, bound, gap;
+- :mod:`.progress` — the best schedule and bound so far, and who is told;
+- :mod:`.cli` — ``infermax solve``.
 """
 from .api import OptimalResult, Strengthening, solve_optimal
-from .policy import Policy
+from .milp.policy import Policy
 
 __all__ = ["OptimalResult", "Policy", "Strengthening", "solve_optimal"]

@@ -27,22 +27,25 @@ from infermax.types import Limits, Schedule, Workload
 from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 
-from . import aggregate, backends, batchcount, batchtable, classstate, search, trajectorylp
+from . import backends
 from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
                      MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
                      REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
                      INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted)
-from .extract import to_schedule
-from .flows import add_class_flows
-from .formulation import Formulation, build_core, check_instance, empty_formulation
-from .linearize import to_milp
-from .objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
-from .policy import Policy
+from .backends import SolveStatus
+from .milp import aggregate
+from .milp.extract import to_schedule
+from .milp.flows import add_class_flows
+from .milp.formulation import Formulation, build_core, check_instance, empty_formulation
+from .milp.linearize import to_milp
+from .milp.objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
+from .milp.policy import Policy
+from .milp.strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
+                                 add_valid_inequalities, batch_count_lower_bound)
+from .milp.trajectory import merge_chunks
 from .progress import SolveProgress, Tracker
 from .result import OptimalResult, make_result, meets, no_schedule, search_result
-from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
-                            add_valid_inequalities, batch_count_lower_bound)
-from .trajectory import merge_chunks
+from .search import astar as search, batchcount, batchtable, classstate, trajectorylp
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency, horizon_for_ttft
 
 log = logging.getLogger(__name__)
@@ -198,12 +201,58 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     return track.final()
 
 
-def _solve(workload, limits, cost, objective, policy, strengthening, be, budget: Budget, track: "Tracker", *,
-           warm_start, horizon, better_than, by, threads, rel_gap, method, log_solver, solver_params,
-           max_horizon, stop_early) -> None:
-    """The stages of ``solve_optimal``; each hands what it finds to ``track``."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stage:
+    """What every solving stage is handed: the instance, the model's horizon and the solver options."""
+
+    workload: Workload
+    limits: Limits
+    cost: CostModel
+    objective: str
+    policy: Policy
+    J: int                        # batches in the model
+    proven: bool                  # whether J provably holds an optimal schedule
+    be: Any                       # the backend module (:mod:`.backends`)
+    threads: int | None
+    rel_gap: float
+    log_solver: bool
+    solver_params: dict | None
+    strengthening: Strengthening
+    budget: Budget
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Methods:
+    """Which methods apply to this call (``method`` as asked, checked against the instance)."""
+
+    asked: str                    # one of METHODS
+    target: float | None          # the better-than bound (model side), or None
+    aggregate_ok: bool            # the aggregate model is exact or a bound here (:func:`_methods`)
+    search_ok: bool               # the class-state search applies here
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SearchOutcome:
+    """The class-state search's answer, with what the later stages take from it."""
+
+    result: OptimalResult
+    min_batches: int              # least batch count of the packing relaxation known to the search
+    batch_table_complete: bool    # whether ``min_batches`` is exact (the table of batches left is complete)
+    incumbent: str                # who found the schedule the search started from or returned
+
+    def next_warm_start(self, ws: WarmStart | None) -> WarmStart | None:
+        """The warm start of the next stage: the search's schedule if it has one, else ``ws``."""
+        r = self.result
+        if r.schedule is None or r.objective is None:
+            return ws
+        return WarmStart(self.incumbent, r.schedule, r.objective, r.metrics["latency_s"])
+
+
+def _methods(method: str, workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy,
+             target: float | None) -> Methods:
+    """Which of the aggregate model and the class-state search apply; ValueError if ``method`` names one
+    that does not."""
     eff = policy.effective_limits(limits)
-    target = _target(better_than, by, objective, workload, limits, cost, policy)
     agg_ok = aggregate.is_applicable(workload, objective) and target is None and \
         (not policy.chunked_prefill or aggregate.chunking_bound_holds(eff, cost))
     if eff.block_size > 1:
@@ -220,26 +269,38 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
     if method == "search" and not search_ok:
         raise ValueError(f"method 'search' needs the latency objective and no better-than target; "
                          f"{why or 'not the case here'}")
-    use_dominance = strengthening.dominance and is_monotone(objective)
+    return Methods(asked=method, target=target, aggregate_ok=agg_ok, search_ok=search_ok)
+
+
+def _solve(workload, limits, cost, objective, policy, strengthening, be, budget: Budget, track: "Tracker", *,
+           warm_start, horizon, better_than, by, threads, rel_gap, method, log_solver, solver_params,
+           max_horizon, stop_early) -> None:
+    """The stages of ``solve_optimal`` in order; each hands what it finds to ``track``.
+
+    warm start -> horizon-free lower bound -> horizon -> class-state search -> aggregate MILP ->
+    per-request MILP, each later stage skipped once the answer is proven (``stop_early``) or the
+    budget has nothing left for it.
+    """
+    eff = policy.effective_limits(limits)
+    methods = _methods(method, workload, limits, cost, objective, policy,
+                       _target(better_than, by, objective, workload, limits, cost, policy))
     track.stage("warm start")
     candidates = _warm_start_schedules(warm_start, workload, limits, cost,
                                        deadline=budget.start + budget.total_s * WARM_START_SHARE)
-    ws = find_warm_start(workload, limits, cost, objective, policy, candidates, clean=use_dominance)
+    ws = find_warm_start(workload, limits, cost, objective, policy, candidates,
+                         clean=strengthening.dominance and is_monotone(objective))
     track.warm_start(ws, workload, limits, cost)
     track.stage("lower bound")
     bound = _lower_bound(workload, eff, cost, objective, ws, budget)
     track.lower_bound(bound)
+    target = methods.target
     if target is not None and bound is not None and _beyond(bound, target, objective, workload):
         track.offer(no_schedule(objective, be.NAME, 0, budget.start, ws, f"the certified bound {bound.value:.6g} "
                                 f"({bound.method}) is worse than the target"), final=True)
         return
     if (stop_early and target is None and track.is_done()) or track.finished:
         return
-    J, proven = _horizon(objective, ws, workload, cost, target, eff, policy, max_horizon)
-    if horizon is not None:
-        proven = proven and horizon >= J
-        J = int(horizon)
-    J = max(J, int(workload.output_lens.max()))
+    J, proven = _model_horizon(objective, ws, workload, cost, target, eff, policy, horizon, max_horizon)
     lb_y = batch_count_lower_bound(workload, eff)
     if J < lb_y:
         if proven:   # even the shortest schedule is too slow for the target: answered without a solver
@@ -247,29 +308,42 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
                                     f"horizon {J} < batch-count lower bound {lb_y}"), final=True)
             return
         J = lb_y
-    common = dict(workload=workload, limits=limits, cost=cost, objective=objective, policy=policy, J=J,
+    stage = Stage(workload=workload, limits=limits, cost=cost, objective=objective, policy=policy, J=J,
                   proven=proven, be=be, threads=threads, rel_gap=rel_gap, log_solver=log_solver,
                   solver_params=solver_params, strengthening=strengthening, budget=budget)
+    _run_solvers(stage, methods, ws, track, stop_early)
+
+
+def _model_horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: CostModel, target: float | None,
+                   limits: Limits, policy: Policy, horizon: int | None, max_horizon: int | None) -> tuple[int, bool]:
+    """(J, proven) from :func:`_horizon`, overridden by the caller's ``horizon``, and never fewer batches than
+    the longest output (one token per batch)."""
+    J, proven = _horizon(objective, ws, workload, cost, target, limits, policy, max_horizon)
+    if horizon is not None:
+        proven = proven and horizon >= J
+        J = int(horizon)
+    return max(J, int(workload.output_lens.max())), proven
+
+
+def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "Tracker", stop_early: bool) -> None:
+    """The class-state search, the aggregate MILP and the per-request MILP, each warm-started by the last."""
+    budget, method = stage.budget, methods.asked
     done = (lambda: track.finished or track.is_done()) if stop_early else (lambda: track.finished)
     least_batches = None
-    if method == "search" or (method == "auto" and search_ok and ws is not None):
+    if method == "search" or (method == "auto" and methods.search_ok and ws is not None):
         track.stage("class-state search")
-        found = _solve_search(ws=ws, reserve=method != "search", **common)
-        track.offer(found, final=method == "search" or found.status == "infeasible")
+        found = _solve_search(stage, ws=ws, reserve=method != "search")
+        track.offer(found.result, final=method == "search" or found.result.status == SolveStatus.INFEASIBLE)
         if done():
             return
-        if found.info["search"]["batch_table_complete"]:
-            least_batches = found.info["search"]["min_batches"]
-        if found.schedule is not None and found.objective is not None:
-            ws = WarmStart(found.info["search"]["incumbent"], found.schedule, found.objective,
-                           found.metrics["latency_s"])
-    has_class = len(aggregate.num_identical_classes(workload)) < len(workload)
-    if method == "aggregate" or (method == "auto" and agg_ok and has_class):
+        least_batches = found.min_batches if found.batch_table_complete else None
+        ws = found.next_warm_start(ws)
+    if method == "aggregate" or (method == "auto" and methods.aggregate_ok and _has_class(stage.workload)):
         if budget.share() is None:
             return
         track.stage("aggregate MILP")
-        first = _solve_aggregate(ws=ws, least_batches=least_batches, **common)
-        track.offer(first, final=method == "aggregate" or first.status == "infeasible")
+        first = _solve_aggregate(stage, ws=ws, least_batches=least_batches)
+        track.offer(first, final=method == "aggregate" or first.status == SolveStatus.INFEASIBLE)
         if done() or budget.share(reserve_s=1.0) is None:
             return
         if first.schedule is not None:
@@ -277,7 +351,12 @@ def _solve(workload, limits, cost, objective, policy, strengthening, be, budget:
     if budget.share() is None:
         return
     track.stage("per-request MILP")
-    track.offer(_solve_per_request(ws=ws, target=target, **common), final=True)
+    track.offer(_solve_per_request(stage, ws=ws, target=methods.target), final=True)
+
+
+def _has_class(workload: Workload) -> bool:
+    """Whether two requests are interchangeable (the aggregate model has something to aggregate)."""
+    return len(aggregate.num_identical_classes(workload)) < len(workload)
 
 
 def _warm_start_schedules(source: "str | Schedule | None", workload: Workload, limits: Limits, cost: CostModel,
@@ -316,8 +395,7 @@ def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective:
         return None
 
 
-def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                  solver_params, strengthening, ws, budget: Budget, reserve: bool) -> OptimalResult:
+def _solve_search(stage: Stage, *, ws: WarmStart, reserve: bool) -> SearchOutcome:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 
     Its time is what the budget has left, less a reserve for the MILPs when ``reserve`` (they keep
@@ -330,6 +408,8 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     finish; A* for the rest (its LP share for the trajectory LPs' tables, :mod:`.trajectorylp`, or,
     without the table, for the configuration LPs, :mod:`.configlp`).
     """
+    workload, limits, cost, policy, budget = stage.workload, stage.limits, stage.cost, stage.policy, stage.budget
+    be, threads, rel_gap = stage.be, stage.threads, stage.rel_gap
     eff = policy.effective_limits(limits)
     reserves = (budget.total_s * MILP_RESERVE_WITH_TABLE, budget.total_s * MILP_RESERVE_WITHOUT_TABLE) \
         if reserve else (0.0, 0.0)
@@ -369,13 +449,17 @@ def _solve_search(*, workload, limits, cost, objective, policy, J, proven, be, t
     found = search.exact_search(workload, eff, cost, policy, upper_s=best.latency_s, time_budget_s=left,
                                 rel_gap=rel_gap, min_batches=min_batches, rest=rest, lp_budget_s=left * lp_share,
                                 refine_lp=not table_complete)
-    return search_result(found, workload, limits, cost, objective, policy, ws, best, rel_gap, budget.start,
-                         {"min_batches": min_batches, "batch_table_complete": table_complete,
-                          "incumbent": best.name})
+    result = search_result(found, workload, limits, cost, stage.objective, policy, ws, best, rel_gap, budget.start,
+                           {"min_batches": min_batches, "batch_table_complete": table_complete,
+                            "incumbent": best.name})
+    return SearchOutcome(result=result, min_batches=min_batches, batch_table_complete=table_complete,
+                         incumbent=best.name)
 
 
-def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                       solver_params, strengthening, ws, budget: Budget, target) -> OptimalResult:
+def _solve_per_request(stage: Stage, *, ws: WarmStart | None, target: float | None) -> OptimalResult:
+    """The §3.3 model (:func:`build`), hinted with the warm start where it fits, solved in the time left."""
+    workload, limits, cost, objective, policy = stage.workload, stage.limits, stage.cost, stage.objective, stage.policy
+    J, be, budget, strengthening = stage.J, stage.be, stage.budget, stage.strengthening
     eff = policy.effective_limits(limits)
     fm = build(workload, limits, cost, objective, policy, J, strengthening, target, deadline=budget.deadline)
     hinted = False
@@ -391,15 +475,19 @@ def _solve_per_request(*, workload, limits, cost, objective, policy, J, proven, 
     if strengthening.indicators == "big-m":
         model, _ = to_milp(model, indicators="big-m", products="native", big_m=strengthening.big_m)
     budget.check("building the per-request model")
-    res = be.solve(model, max(MIN_STAGE_S, budget.left()), threads=threads, rel_gap=rel_gap, log=log_solver,
-                   **_backend_kwargs(be, strengthening, solver_params))
-    return make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, budget.start, target,
+    res = be.solve(model, max(MIN_STAGE_S, budget.left()), threads=stage.threads, rel_gap=stage.rel_gap,
+                   log=stage.log_solver, **_backend_kwargs(be, strengthening, stage.solver_params))
+    return make_result(fm, res, ws, objective, J, stage.proven, hinted, stage.rel_gap, budget.start, target,
                        lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
 
 
-def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be, threads, rel_gap, log_solver,
-                     solver_params, strengthening, ws, budget: Budget, least_batches=None) -> OptimalResult:
-    """least_batches: the packing relaxation's exact least batch count if already known (the search's table)."""
+def _solve_aggregate(stage: Stage, *, ws: WarmStart | None, least_batches: int | None = None) -> OptimalResult:
+    """The aggregate model (:mod:`.milp.aggregate`) after probing the batch count.
+
+    least_batches: the packing relaxation's exact least batch count if already known (the search's table).
+    """
+    workload, limits, cost, objective, policy = stage.workload, stage.limits, stage.cost, stage.objective, stage.policy
+    J, be, budget, threads, rel_gap = stage.J, stage.be, stage.budget, stage.threads, stage.rel_gap
     eff = policy.effective_limits(limits)
     # probe the batch count first: exactly-Y schedules with small Y are often refuted in a fraction of a second
     lb_y = batch_count_lower_bound(workload, eff)
@@ -435,13 +523,11 @@ def _solve_aggregate(*, workload, limits, cost, objective, policy, J, proven, be
                 fm.model.hint = {k: float(x[k]) for k in range(fm.model.num_vars)}
                 hinted = True
     budget.check("building the aggregate model")
-    res = be.solve(fm.model, max(MIN_STAGE_S, budget.left()), threads=threads,
-                   rel_gap=rel_gap, log=log_solver,
-                   **_backend_kwargs(be, strengthening, solver_params))
-    r = make_result(fm, res, ws, objective, J, proven, hinted, rel_gap, budget.start, None,
-                    lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
-                    lambda sch: aggregate.assign_aggregate(fm, sch))
-    return r
+    res = be.solve(fm.model, max(MIN_STAGE_S, budget.left()), threads=threads, rel_gap=rel_gap,
+                   log=stage.log_solver, **_backend_kwargs(be, stage.strengthening, stage.solver_params))
+    return make_result(fm, res, ws, objective, J, stage.proven, hinted, rel_gap, budget.start, None,
+                       lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
+                       lambda sch: aggregate.assign_aggregate(fm, sch))
 
 
 def _backend_kwargs(be, strengthening: Strengthening, solver_params: dict | None) -> dict[str, Any]:

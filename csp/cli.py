@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from .api import METHODS
-from .backends import backend_names
-from .objectives import OBJECTIVES, TAGGABLE
-from .policy import Policy
+from .backends import SolveStatus, backend_names
+from .milp.objectives import OBJECTIVES, TAGGABLE
+from .milp.policy import Policy
 
 SUMMARY = ("status", "method", "objective", "bound", "bound_method", "gap", "wall_s", "num_batches", "num_evictions",
            "horizon", "horizon_proven", "warm_start", "stopped")
@@ -133,7 +133,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             if isinstance(value, float):
                 value = f"{value:.6g}"
             print(f"{key.rjust(width)}  {value}")
-        if r.status == "infeasible" and args.better_than is not None:
+        if r.status == SolveStatus.INFEASIBLE and args.better_than is not None:
             print(f"no schedule is {args.by:.0%} better than {args.better_than}"
                   + ("" if r.horizon_proven else f" within {r.horizon} batches"))
     if interrupted:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .backends import SolveStatus
 from .budget import Budget
 from .result import (OptimalResult, combine, from_warm_start, is_better_bound, is_within, relative_gap,
                      with_bound)
@@ -91,10 +92,11 @@ class Tracker:
         result = self.best
         if result is None:
             result = self.fallback
-        elif self.fallback is not None and result.status != "infeasible" and result.info.get("target") is None:
+        elif self.fallback is not None and result.status != SolveStatus.INFEASIBLE and \
+                result.info.get("target") is None:
             result = combine(self.fallback, result, self.rel_gap, self.budget.start)   # never worse than it
         if result is None:
-            result = OptimalResult(schedule=None, objective=None, bound=None, gap=None, status="unknown",
+            result = OptimalResult(schedule=None, objective=None, bound=None, gap=None, status=SolveStatus.UNKNOWN,
                                    backend="none", wall_s=self.budget.elapsed(), objective_name=self.objective,
                                    info={"method": "none", "solution_from": None})
         if self.bound is not None:

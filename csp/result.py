@@ -21,9 +21,9 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Schedule
 
-from .backends import SolveResult
-from .formulation import Formulation
-from .objectives import trace_objective
+from .backends import SolveResult, SolveStatus
+from .milp.formulation import Formulation
+from .milp.objectives import trace_objective
 from .warmstart import WarmStart
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ REPLAY_RTOL = 1e-6
 class OptimalResult:
     """A solve: the replayed schedule, its objective, the solver's bound and the gap between them.
 
-    status: "optimal" (gap <= rel_gap and the horizon provably holds an optimum),
-    "feasible", "infeasible" (no schedule within the horizon / better-than
-    target) or "unknown" (nothing found in time). ``objective`` is in the
+    status: a :class:`~.backends.SolveStatus` (a str): "optimal" (gap <= rel_gap and the horizon
+    provably holds an optimum), "feasible", "infeasible" (no schedule within the horizon /
+    better-than target) or "unknown" (nothing found in time). ``objective`` is in the
     objective's unit (seconds; tokens/s for throughput).
     """
 
@@ -45,7 +45,7 @@ class OptimalResult:
     objective: float | None
     bound: float | None
     gap: float | None
-    status: str
+    status: SolveStatus
     backend: str
     wall_s: float
     objective_name: str = "latency"
@@ -56,9 +56,12 @@ class OptimalResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", SolveStatus(self.status))
+
     @property
     def is_optimal(self) -> bool:
-        return self.status == "optimal"
+        return self.status == SolveStatus.OPTIMAL
 
     def summary(self) -> dict[str, Any]:
         return {"objective_name": self.objective_name, "status": self.status, "objective": self.objective,
@@ -90,7 +93,7 @@ def conservative_bound(fm: Formulation, res: SolveResult) -> float | None:
     if res.bound is None:
         return None
     bound = res.bound
-    if getattr(fm.v, "end", None) and res.backend == "cpsat":
+    if fm.v.end and res.backend == "cpsat":
         bound -= (fm.horizon + 2) * fm.model.continuous_step_s
     rounding = float(res.info.get("objective_rounding_rel", 0.0))
     return bound - abs(bound) * 2 * rounding - float(res.info.get("objective_rounding_abs", 0.0))
@@ -142,12 +145,12 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
                         solver_obj, diff)
     gap = relative_gap(value, bound, objective)
     status = res.status
-    if status == "optimal" and not is_within(gap, rel_gap):
-        status = "feasible"
+    if status == SolveStatus.OPTIMAL and not is_within(gap, rel_gap):
+        status = SolveStatus.FEASIBLE
         info["optimal_within_horizon"] = not proven
-    if status in ("unknown",) and schedule is not None:
-        status = "feasible"
-    if status == "infeasible" and not proven:
+    if status == SolveStatus.UNKNOWN and schedule is not None:
+        status = SolveStatus.FEASIBLE
+    if status == SolveStatus.INFEASIBLE and not proven:
         info["infeasible_within_horizon"] = True
     info["bound_method"] = method if bound is not None else None
     return OptimalResult(schedule=schedule, objective=value, bound=bound, gap=gap, status=status,
@@ -189,7 +192,8 @@ def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: flo
     bounds = [sign * b for b in (first.bound, second.bound) if b is not None]
     bound = sign * max(bounds) if bounds else None
     gap = relative_gap(best.objective, bound, best.objective_name)
-    status = "optimal" if is_within(gap, rel_gap) else best.status if best.status != "optimal" else "feasible"
+    status = SolveStatus.OPTIMAL if is_within(gap, rel_gap) else \
+        best.status if best.status != SolveStatus.OPTIMAL else SolveStatus.FEASIBLE
     bound_from = max((first, second), key=lambda r: -math.inf if r.bound is None else sign * r.bound)
     methods = {**first.info.get("methods", {}), **second.info.get("methods", {})}
     methods[first.info["method"]] = first.summary()
@@ -208,8 +212,8 @@ def with_bound(result: OptimalResult, bound: float | None, method: str, rel_gap:
         new, info["bound_method"] = bound, method
     gap = relative_gap(result.objective, new, objective)
     status = result.status
-    if result.objective is not None and status != "infeasible":
-        status = "optimal" if is_within(gap, rel_gap) else "feasible"
+    if result.objective is not None and status != SolveStatus.INFEASIBLE:
+        status = SolveStatus.OPTIMAL if is_within(gap, rel_gap) else SolveStatus.FEASIBLE
     return dataclasses.replace(result, bound=new, gap=gap, status=status, wall_s=time.perf_counter() - t0, info=info)
 
 
@@ -217,14 +221,15 @@ def from_warm_start(ws: WarmStart, workload, limits, cost, objective: str, t0: f
     """The warm start as a result (no bound yet): what ``solve_optimal`` returns if nothing beats it in time."""
     metrics, value = replayed(ws.schedule, workload, limits, cost, objective)
     return OptimalResult(schedule=ws.schedule, objective=value, bound=None, gap=None,
-                         status="feasible", backend="warm-start", wall_s=time.perf_counter() - t0,
+                         status=SolveStatus.FEASIBLE, backend="warm-start", wall_s=time.perf_counter() - t0,
                          objective_name=objective, horizon=len(ws.schedule), horizon_proven=False,
                          warm_start={"scheduler": ws.name, "objective": ws.value}, metrics=metrics,
                          info={"method": "warm-start", "solution_from": "warm-start", "bound_method": None})
 
 
 def no_schedule(objective: str, backend: str, J: int, t0: float, ws: WarmStart | None, why: str) -> OptimalResult:
-    return OptimalResult(schedule=None, objective=None, bound=None, gap=None, status="infeasible", backend=backend,
+    return OptimalResult(schedule=None, objective=None, bound=None, gap=None, status=SolveStatus.INFEASIBLE,
+                         backend=backend,
                          wall_s=time.perf_counter() - t0, objective_name=objective, horizon=J, horizon_proven=True,
                          warm_start={"scheduler": ws.name, "objective": ws.value} if ws else None,
                          info={"reason": why, "solution_from": None})
@@ -244,7 +249,7 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
     if objective == "throughput":
         bound = as_throughput(workload, bound)
     gap = relative_gap(value, bound, objective)
-    status = "optimal" if found.is_complete and is_within(gap, rel_gap) else "feasible"
+    status = SolveStatus.OPTIMAL if found.is_complete and is_within(gap, rel_gap) else SolveStatus.FEASIBLE
     info = {"method": "search", "bound_method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
             else "stopped", "solver_wall_s": found.wall_s, "search": {
                 "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,

@@ -24,17 +24,17 @@ from typing import Sequence
 
 import numpy as np
 
-from infermax.costmodel import CostModel
+from infermax.costmodel import CostModel, linear_coefficients
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.state import ScheduleError
 from infermax.types import Limits, Schedule, Workload
 
-from .flows import assign_flows
-from .formulation import Formulation
-from .objectives import linear_coefficients, nonattention_segments, trace_objective
-from .policy import Policy
-from .trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
+from .milp.flows import assign_flows
+from .milp.formulation import Formulation
+from .milp.objectives import nonattention_segments, trace_objective
+from .milp.policy import Policy
+from .milp.trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
 
 def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> int:
     """Batches an optimal latency schedule can have: ⌊(UB - work lower bound) / β⌋ (valid, see module doc)."""
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the horizon proof")
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     slope = segs[0][1]
     beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
@@ -116,7 +116,7 @@ def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: C
     I, O = workload.input_lens, workload.output_lens
     chosen = np.zeros(len(workload), dtype=bool)
     chosen[np.arange(len(workload)) if which is None else np.asarray(which, dtype=np.int64)] = True
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the horizon proof")
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     beta = f0 + min(k.decode_bias_s, k.prefill_bias_s)
     if beta <= 0:
@@ -169,11 +169,11 @@ def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
                       ("c", c), ("k", k), ("ev", ev), ("e", e), ("g", g), ("cz", (c > 0) * 1),
                       ("kz", (k > 0) * 1), ("dp", dp), ("f", fin[:, 1:] - fin[:, :-1]), ("kvd", dp * k)):
         put(getattr(v, name), val)
-    for i, rows in enumerate(getattr(v, "gam", [])):
+    for i, rows in enumerate(v.gam or []):
         for s in range(J + 1):
             for t, var in enumerate(rows[s]):
                 x[var.index] = float(gen[i, s] >= t + 1)
-    for i, row in (getattr(v, "started", None) or {}).items():       # {request: row}
+    for i, row in (v.started or {}).items():       # {request: row}
         for s, var in enumerate(row):
             x[var.index] = float(gen[i, s] >= 1)
     busy = (c > 0).any(axis=0)
@@ -185,10 +185,10 @@ def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
         for q, (length, _) in enumerate(v.segs):
             x[v.seg[j][q].index] = min(length, left)
             left -= min(length, left)
-    for i, row in enumerate(getattr(v, "qe", [])):
+    for i, row in enumerate(v.qe or []):
         for j, var in enumerate(row):
             x[var.index] = ev[i, j] ** 2
-    for i, row in enumerate(getattr(v, "w", [])):
+    for i, row in enumerate(v.w or []):
         for j, var in enumerate(row):
             if var is not None:
                 h = 2 * k[i, j] - c[i, j] + 1               # c·h/2 = the causal pairs c·m + c(c + 1)/2
@@ -208,7 +208,7 @@ def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
 def _assign_times(fm: Formulation, x: np.ndarray, tr, fin: np.ndarray, gen: np.ndarray,
                   pad: int) -> None:
     v = fm.v
-    if not getattr(v, "end", None):
+    if not v.end:
         return
     n = tr.start_s.size
     last = tr.start_s[-1] + tr.duration_s[-1] if n else 0.0
@@ -221,6 +221,6 @@ def _assign_times(fm: Formulation, x: np.ndarray, tr, fin: np.ndarray, gen: np.n
     for name, happened in (("completion", fin), ("first", (gen >= 1).astype(np.int64))):
         for i, var in (getattr(v, name, None) or {}).items():       # {request: event time}
             x[var.index] = ends[int(np.argmax(np.diff(happened[i]) > 0))]
-    for i, row in (getattr(v, "ft", None) or {}).items():
+    for i, row in (v.ft or {}).items():
         for j, var in enumerate(row):
             x[var.index] = float(gen[i, j + 1] >= 1 and gen[i, j] == 0)

@@ -153,7 +153,7 @@ def test_unsupported_objective_and_methods_are_named():
 def test_every_objective_bound_stays_below_every_heuristic(inst):
     """Mean TTFT, end-to-end and TPOT bounds (each request alone) and the throughput bound (an upper
     bound: tokens over the latency bound) hold against every scheduler, online or offline."""
-    from infermax.csp.objectives import METRIC_OF
+    from infermax.csp.milp.objectives import METRIC_OF
 
     workload, limits = inst
     bounds = {obj: lower_bound(workload, limits, objective=obj, methods=("work", "lp", "requests"))

@@ -31,8 +31,8 @@ from infermax import Limits, ScheduleError, SchedulerStuckError, Workload, metri
 from infermax.costmodel import get_cost_model
 from infermax.csp import Policy
 from infermax.csp.backends import BackendUnavailable, ModelTooLarge, available_backends
-from infermax.csp.objectives import OBJECTIVES
-from infermax.csp.trajectory import respects_policy
+from infermax.csp.milp.objectives import OBJECTIVES
+from infermax.csp.milp.trajectory import respects_policy
 from oracle import Oracle, OracleResult, Progress, _allowed
 from oracle import _value as oracle_value
 

@@ -1,4 +1,4 @@
-"""Solver backends: each translates a :class:`~infermax.csp.model.Model` and solves it.
+"""Solver backends: each translates a :class:`~infermax.csp.milp.model.Model` and solves it.
 
 ``cpsat`` (OR-Tools CP-SAT, the default), ``scip`` (OR-Tools MathOpt with SCIP),
 ``highs`` (highspy), ``gurobi`` (gurobipy; its pip licence caps the model size),
@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from .base import BackendUnavailable, ModelTooLarge, SolveResult
+from .base import BackendUnavailable, ModelTooLarge, SolveResult, SolveStatus
 
 _MODULES = {"cpsat": "cpsat", "scip": "mathopt", "highs": "highs", "gurobi": "gurobi", "cbc": "pulp"}
 ALIASES = {"cp-sat": "cpsat", "ortools": "cpsat", "mathopt": "scip", "pulp": "cbc", "highspy": "highs",
@@ -33,5 +33,5 @@ def available_backends() -> list[str]:
     return [n for n in _MODULES if get_backend(n).is_available()]
 
 
-__all__ = ["BackendUnavailable", "ModelTooLarge", "SolveResult", "available_backends", "backend_names",
+__all__ = ["BackendUnavailable", "ModelTooLarge", "SolveResult", "SolveStatus", "available_backends", "backend_names",
            "get_backend"]

@@ -8,11 +8,31 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
 
-STATUSES = ("optimal", "feasible", "infeasible", "unknown")
+
+
+class SolveStatus(str, Enum):
+    """How a solve ended. A ``str``, so that ``status == SolveStatus.OPTIMAL``, JSON and printing keep the plain names.
+
+    OPTIMAL: within the gap asked for, on a horizon proven to hold an optimum; FEASIBLE: a schedule
+    without that proof; INFEASIBLE: no schedule (within the horizon, or better than the target);
+    UNKNOWN: nothing found in time.
+    """
+
+    OPTIMAL = "optimal"
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 class BackendUnavailable(ImportError):
@@ -31,7 +51,7 @@ class ModelTooLarge(ValueError):
 class SolveResult:
     """A backend's answer: status, variable values (None without a solution), objective and bound."""
 
-    status: str
+    status: SolveStatus
     values: np.ndarray | None
     objective: float | None
     bound: float | None
@@ -40,8 +60,10 @@ class SolveResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"SolveResult.status must be one of {STATUSES}, got {self.status!r}")
+        if self.status not in tuple(SolveStatus):
+            raise ValueError(f"SolveResult.status must be one of {[s.value for s in SolveStatus]}, "
+                             f"got {self.status!r}")
+        object.__setattr__(self, "status", SolveStatus(self.status))
 
     @property
     def has_solution(self) -> bool:
@@ -88,7 +110,7 @@ def certified_bound(bound: float | None, objective: float | None, status: str, r
     backend's ("optimal": the incumbent is proven within those gaps even without a reported bound).
     """
     candidates = [b for b in (bound,) if b is not None and math.isfinite(b)]
-    if objective is not None and math.isfinite(objective) and (candidates or status == "optimal"):
+    if objective is not None and math.isfinite(objective) and (candidates or status == SolveStatus.OPTIMAL):
         candidates.append(objective - max(abs_gap, rel_gap * abs(objective)))
     if not candidates:
         return None
@@ -119,7 +141,7 @@ class MipInput:
 def prepare_mip(model, hint: dict[int, float] | None, indicators: str, products: str, big_m: str) -> MipInput:
     """The common first step of the MIP backends: translate (:func:`~..linearize.to_milp`), merge the
     hint, and scale the objective from its value at the hint (:func:`objective_scale`)."""
-    from ..linearize import to_milp
+    from ..milp.linearize import to_milp
 
     hints = hint_vector(model, hint)
     milp, facts = to_milp(model, indicators=indicators, products=products, big_m=big_m)

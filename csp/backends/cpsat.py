@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model import Model
-from .base import BackendUnavailable, SolveResult, hint_vector
+from ..milp.model import Model
+from .base import BackendUnavailable, SolveResult, SolveStatus, hint_vector
 
 NAME = "cpsat"
 PIP = "pip install ortools"
@@ -100,7 +100,7 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     deadline = t0 + float(time_limit_s)
     for r, row in enumerate(model.rows):
         if r % 2048 == 2047 and time.perf_counter() > deadline:     # translation counts in the time limit
-            return SolveResult("unknown", None, None, None, time.perf_counter() - t0, NAME,
+            return SolveResult(SolveStatus.UNKNOWN, None, None, None, time.perf_counter() - t0, NAME,
                                {"stopped": f"time limit reached while translating row {r} of {len(model.rows)}"})
         coefs = row.coefs * scale_of[row.vars]
         ic, lo, hi = _scaled_row(row, coefs, ranges[row.vars], bool((scale_of[row.vars] != 1.0).any()), step)
@@ -156,8 +156,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
             setattr(prm, name, value)
     status, interrupted = _solve_interruptibly(solver, cp)
     wall = time.perf_counter() - t0
-    name = {cp_model.OPTIMAL: "optimal", cp_model.FEASIBLE: "feasible", cp_model.INFEASIBLE: "infeasible"}.get(
-        status, "unknown")
+    name = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
+            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE}.get(status, SolveStatus.UNKNOWN)
     if status == cp_model.MODEL_INVALID:
         raise ValueError(f"cpsat rejected the model: {cp.Validate()}")
     info = {"objective_scale": obj_scale, "objective_rounding_rel": rounding, "objective_rounding_abs": rounding_abs,

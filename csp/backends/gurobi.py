@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 import time
 
-from ..model import Model
-from .base import (BackendUnavailable, ModelTooLarge, SolveResult, certified_bound, original_values, prepare_mip,
-                   solver_gaps)
+from ..milp.model import Model
+from .base import (BackendUnavailable, ModelTooLarge, SolveResult, SolveStatus, certified_bound,
+                   original_values, prepare_mip, solver_gaps)
 
 NAME = "gurobi"
 PIP = "pip install gurobipy"
@@ -99,8 +99,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     wall = time.perf_counter() - t0
     st = g.Status
     has = g.SolCount > 0
-    status = "optimal" if st == GRB.OPTIMAL else "infeasible" if st == GRB.INFEASIBLE else \
-        "feasible" if has else "unknown"
+    status = SolveStatus.OPTIMAL if st == GRB.OPTIMAL else SolveStatus.INFEASIBLE if st == GRB.INFEASIBLE else \
+        SolveStatus.FEASIBLE if has else SolveStatus.UNKNOWN
     raw = g.ObjBound if has or st == GRB.TIME_LIMIT else None
     raw = raw if raw is not None and math.isfinite(raw) else None
     bound = certified_bound(raw, g.ObjVal if has else None, status, solver_rel, solver_abs)

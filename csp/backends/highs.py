@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from ..model import Model
-from .base import (BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, run_isolated,
-                   solver_gaps)
+from ..milp.model import Model
+from .base import (BackendUnavailable, SolveResult, SolveStatus, certified_bound, original_values,
+                   prepare_mip, run_isolated, solver_gaps)
 
 NAME = "highs"
 PIP = "pip install highspy"
@@ -103,8 +103,9 @@ def _solve_in_child(payload: dict) -> dict:
     info = h.getInfo()
     ms = h.getModelStatus()
     has = info.primal_solution_status == 2          # kSolutionStatusFeasible
-    return {"status": "optimal" if ms == highspy.HighsModelStatus.kOptimal else
-            "infeasible" if ms == highspy.HighsModelStatus.kInfeasible else "feasible" if has else "unknown",
+    return {"status": SolveStatus.OPTIMAL if ms == highspy.HighsModelStatus.kOptimal else
+            SolveStatus.INFEASIBLE if ms == highspy.HighsModelStatus.kInfeasible else
+            SolveStatus.FEASIBLE if has else SolveStatus.UNKNOWN,
             "values": np.array(h.getSolution().col_value) if has else None,
             "objective": float(info.objective_function_value) if has else None,
             "bound": float(info.mip_dual_bound) if np.isfinite(info.mip_dual_bound) else None,
@@ -134,11 +135,12 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     wall = time.perf_counter() - t0
     if out is None:
         facts["highs_status"] = "killed after overrunning its time limit"
-        return SolveResult("unknown", None, None, None, wall, NAME, facts)
+        return SolveResult(SolveStatus.UNKNOWN, None, None, None, wall, NAME, facts)
     facts.update(highs_status=out["highs_status"], nodes=out["nodes"], solver_bound=out["bound"])
     status = out["status"]
     bound = certified_bound(out["bound"], out["objective"], status, solver_rel, solver_abs)
     bound = bound / scale if bound is not None else None
     if out["values"] is None:
-        return SolveResult(status if status != "optimal" else "unknown", None, None, bound, wall, NAME, facts)
+        return SolveResult(status if status != SolveStatus.OPTIMAL else SolveStatus.UNKNOWN, None, None, bound, wall,
+                           NAME, facts)
     return SolveResult(status, original_values(mip, out["values"]), out["objective"] / scale, bound, wall, NAME, facts)

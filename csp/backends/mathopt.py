@@ -10,8 +10,9 @@ import datetime
 import math
 import time
 
-from ..model import Model
-from .base import BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, solver_gaps
+from ..milp.model import Model
+from .base import (BackendUnavailable, SolveResult, SolveStatus, certified_bound, original_values, prepare_mip,
+                   solver_gaps)
 
 NAME = "scip"
 PIP = "pip install ortools"
@@ -72,8 +73,8 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
     reason = result.termination.reason
     T = mathopt.TerminationReason
     has = result.has_primal_feasible_solution()
-    status = "optimal" if reason == T.OPTIMAL else "infeasible" if reason == T.INFEASIBLE else \
-        "feasible" if has else "unknown"
+    status = SolveStatus.OPTIMAL if reason == T.OPTIMAL else SolveStatus.INFEASIBLE if reason == T.INFEASIBLE else \
+        SolveStatus.FEASIBLE if has else SolveStatus.UNKNOWN
     raw = result.termination.objective_bounds.dual_bound
     raw = raw if math.isfinite(raw) else None
     bound = certified_bound(raw, result.objective_value() if has else None, status, solver_rel, solver_abs)

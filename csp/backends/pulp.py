@@ -10,8 +10,9 @@ from __future__ import annotations
 import math
 import time
 
-from ..model import Model
-from .base import BackendUnavailable, SolveResult, certified_bound, original_values, prepare_mip, solver_gaps
+from ..milp.model import Model
+from .base import (BackendUnavailable, SolveResult, SolveStatus, certified_bound, original_values, prepare_mip,
+                   solver_gaps)
 
 NAME = "cbc"
 PIP = "pip install pulp"
@@ -64,19 +65,19 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         if time.perf_counter() - started < 0.9 * left:
             raise
         facts["pulp_error"] = str(e)
-        return SolveResult("unknown", None, None, None, time.perf_counter() - t0, NAME, facts)
+        return SolveResult(SolveStatus.UNKNOWN, None, None, None, time.perf_counter() - t0, NAME, facts)
     wall = time.perf_counter() - t0
     sol = prob.sol_status
     facts["pulp_status"], facts["pulp_sol_status"] = pulp.LpStatus[prob.status], int(sol)
     out_of_time = time.perf_counter() - started >= 0.9 * left
     if (sol == pulp.LpSolutionInfeasible or prob.status == pulp.LpStatusInfeasible) and not out_of_time:
-        return SolveResult("infeasible", None, None, None, wall, NAME, facts)
+        return SolveResult(SolveStatus.INFEASIBLE, None, None, None, wall, NAME, facts)
     if sol not in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible):
-        return SolveResult("unknown", None, None, None, wall, NAME, facts)
+        return SolveResult(SolveStatus.UNKNOWN, None, None, None, wall, NAME, facts)
     values = original_values(mip, [x.value() if x.value() is not None else 0.0 for x in xs[:model.num_vars]])
     scaled = pulp.value(prob.objective)
     obj = scaled / scale
     if sol == pulp.LpSolutionOptimal:
-        bound = certified_bound(None, scaled, "optimal", solver_rel, solver_abs) / scale
-        return SolveResult("optimal", values, obj, bound, wall, NAME, facts)
-    return SolveResult("feasible", values, obj, None, wall, NAME, facts)
+        bound = certified_bound(None, scaled, SolveStatus.OPTIMAL, solver_rel, solver_abs) / scale
+        return SolveResult(SolveStatus.OPTIMAL, values, obj, bound, wall, NAME, facts)
+    return SolveResult(SolveStatus.FEASIBLE, values, obj, None, wall, NAME, facts)

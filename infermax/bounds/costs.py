@@ -10,41 +10,20 @@ tables below give those path costs.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from infermax.costmodel import CostModel, LinearCostModel
+from infermax.costmodel import CostModel, LinearCoefficients, linear_coefficients
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Coefficients:
-    """The linear model's coefficients as plain floats (seconds, per token, per token²)."""
-
-    lines: tuple[tuple[float, float], ...]
-    decode_bias_s: float
-    decode_kv_s: float
-    prefill_bias_s: float
-    prefill_attn_s: float
-    prefill_token_s: float
-    request_s: float = 0.0   # per request in the batch (each decode or (re)fill chunk)
-
-    @property
-    def min_batch_s(self) -> float:
-        """No non-empty batch is faster than this."""
-        return max(a for a, _ in self.lines) + min(self.decode_bias_s, self.prefill_bias_s) + self.request_s
-
-
-def coefficients_of(cost: CostModel) -> Coefficients:
-    """Read the linear coefficients and check, on random batches, that ``batch_time`` obeys them."""
-    if not isinstance(cost, LinearCostModel):
-        raise ValueError(f"bounds need a linear cost model (infermax.costmodel.LinearCostModel); "
-                         f"got {type(cost).__name__} {cost.name!r}")
-    k = cost.coefficients
-    co = Coefficients(lines=tuple((float(a), float(b)) for a, b in k.nonattn_lines),
-                      decode_bias_s=float(k.decode_bias_s), decode_kv_s=float(k.decode_kv_s),
-                      prefill_bias_s=float(k.prefill_bias_s), prefill_attn_s=float(k.prefill_attn_s),
-                      prefill_token_s=float(k.prefill_token_s), request_s=float(getattr(k, "request_s", 0.0)))
+def coefficients_of(cost: CostModel) -> LinearCoefficients:
+    """The linear coefficients (:func:`infermax.costmodel.linear_coefficients`) as plain floats, after
+    checking on random batches that ``batch_time`` obeys them: a bound is certified only for the
+    formula it was computed from, so a subclass that overrides ``batch_time`` is refused here."""
+    k = linear_coefficients(cost, "a certified bound")
+    co = LinearCoefficients(nonattn_lines=tuple((float(a), float(b)) for a, b in k.nonattn_lines),
+                            decode_bias_s=float(k.decode_bias_s), decode_kv_s=float(k.decode_kv_s),
+                            prefill_bias_s=float(k.prefill_bias_s), prefill_attn_s=float(k.prefill_attn_s),
+                            prefill_token_s=float(k.prefill_token_s), request_s=float(k.request_s))
     rng = np.random.default_rng(7)
     for _ in range(8):
         n = int(rng.integers(1, 40))
@@ -58,11 +37,11 @@ def coefficients_of(cost: CostModel) -> Coefficients:
     return co
 
 
-def formula_time(co: Coefficients, tokens: np.ndarray, kv_before: np.ndarray, dec: np.ndarray) -> float:
+def formula_time(co: LinearCoefficients, tokens: np.ndarray, kv_before: np.ndarray, dec: np.ndarray) -> float:
     """The documented linear formula, evaluated independently of the model object."""
     n = float(tokens.sum())
     kv = kv_before + tokens
-    t = max(a + b * n for a, b in co.lines) + co.request_s * tokens.size
+    t = max(a + b * n for a, b in co.nonattn_lines) + co.request_s * tokens.size
     if dec.any():
         t += co.decode_bias_s + co.decode_kv_s * float(kv[dec].sum())
     if (~dec).any():

@@ -24,14 +24,14 @@ import math
 
 import numpy as np
 
+from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .costs import Coefficients
 
 _FEATURES = 4  # per-path totals: KV footprint, tokens, prefill tokens, batches held
 
 
-def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+def fill_table(co: LinearCoefficients, per_token_s: float, mu: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Cheapest fill of every length 0..max_len from an empty cache, and its feature totals.
 
     A chunk from m to e does causal work (e - m)·m + (e - m)(e - m + 1)/2 = (e² + e - m² - m)/2, so
@@ -62,7 +62,7 @@ def fill_table(co: Coefficients, per_token_s: float, mu: np.ndarray, max_len: in
     return np.asarray(cost), feats
 
 
-def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np.ndarray):
+def path_totals(co: LinearCoefficients, workload: Workload, per_token_s: float, mu: np.ndarray):
     """Σ_i SP_i(μ) and the summed feature totals of the chosen paths."""
     I, O = workload.input_lens, workload.output_lens
     max_len = int((I + O - 1).max())
@@ -83,7 +83,7 @@ def path_totals(co: Coefficients, workload: Workload, per_token_s: float, mu: np
     return total, feats
 
 
-def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper: float | None = None,
+def lagrangian_bound(co: LinearCoefficients, workload: Workload, limits: Limits, upper: float | None = None,
                      iterations: int = 40, patience: int = 8, start: np.ndarray | None = None) -> tuple[float, dict]:
     """Best L(μ) found by projected subgradient ascent (each value is a valid bound)."""
     O = workload.output_lens
@@ -93,7 +93,7 @@ def lagrangian_bound(co: Coefficients, workload: Workload, limits: Limits, upper
     J_lo = int(O.max())
     beta = min(co.decode_bias_s, co.prefill_bias_s)
     best, best_detail = -math.inf, {}
-    for k, (a, b) in enumerate(co.lines):
+    for k, (a, b) in enumerate(co.nonattn_lines):
         per_batch = a + beta
         mu = np.array(start if start is not None else [per_batch / limits.M, 0.0, 0.0, 0.0], dtype=np.float64)
         step_scale = 1.0

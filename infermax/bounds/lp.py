@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .costs import Coefficients, context_lengths
+from .costs import context_lengths
 
 
-def lp_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
+def lp_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
     from scipy.optimize import linprog
 
     I, O = workload.input_lens.astype(np.float64), workload.output_lens.astype(np.float64)
@@ -62,7 +63,7 @@ def lp_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[floa
         rows.append(row)
         rhs.append(bound)
 
-    for a, b in co.lines:                       # a J + b (T0 + Σ y (ℓ-1)) - NA <= 0
+    for a, b in co.nonattn_lines:                       # a J + b (T0 + Σ y (ℓ-1)) - NA <= 0
         le({0: a, 3: -1.0}, b * (L - 1), -b * T0)
     le({0: -float(limits.C)}, L - 1, -T0)       # T <= C J
     le({2: -float(limits.P)}, L, -float(I.sum()))  # Ptok <= P J_p

@@ -47,9 +47,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .costs import Coefficients
 from .requests import _lines, request_bounds
 
 EVENTS = ("ttft", "e2e")
@@ -67,7 +67,7 @@ class Works(NamedTuple):
     total_s: np.ndarray
 
 
-def request_works(co: Coefficients, workload: Workload, limits: Limits, per_token_s: float,
+def request_works(co: LinearCoefficients, workload: Workload, limits: Limits, per_token_s: float,
                   mu: np.ndarray) -> Works:
     """Each request's cheapest path cost with multipliers ``mu`` = (μ_M, μ_C, μ_P, μ_R) >= 0.
 
@@ -169,7 +169,7 @@ class EventBounds(NamedTuple):
     mean_flow_s: float
 
 
-def event_bounds(co: Coefficients, workload: Workload, limits: Limits, event: str) -> EventBounds:
+def event_bounds(co: LinearCoefficients, workload: Workload, limits: Limits, event: str) -> EventBounds:
     """Order-statistic bounds for ``event`` ("ttft": first token, "e2e": completion) of ``workload``."""
     if event not in EVENTS:
         raise ValueError(f"event must be one of {EVENTS}, got {event!r}")

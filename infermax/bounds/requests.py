@@ -30,22 +30,23 @@ import math
 
 import numpy as np
 
+from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .costs import Coefficients, context_lengths
+from .costs import context_lengths
 
 
-def _lines(co: Coefficients, max_tokens: int) -> list[tuple[float, float]]:
+def _lines(co: LinearCoefficients, max_tokens: int) -> list[tuple[float, float]]:
     """Lines (a, b) with b >= 0, or the least value of the non-attention time over 1..max_tokens."""
-    lines = [(a, b) for a, b in co.lines if b >= 0]
-    if len(lines) < len(co.lines):    # a falling line: charge the model's least value instead
+    lines = [(a, b) for a, b in co.nonattn_lines if b >= 0]
+    if len(lines) < len(co.nonattn_lines):    # a falling line: charge the model's least value instead
         n = np.arange(1, max_tokens + 1, dtype=np.float64)
-        least = float(np.max([a + b * n for a, b in co.lines], axis=0).min())
+        least = float(np.max([a + b * n for a, b in co.nonattn_lines], axis=0).min())
         lines.append((least, 0.0))
     return lines
 
 
-def fill_s(co: Coefficients, lengths: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
+def fill_s(co: LinearCoefficients, lengths: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
     """Least time of a fill of ``lengths`` tokens from an empty cache, charged on the line (a, b)."""
     ell = lengths.astype(np.float64)
     batches = np.ceil(ell / min(limits.C, limits.P))
@@ -53,13 +54,13 @@ def fill_s(co: Coefficients, lengths: np.ndarray, limits: Limits, a: float, b: f
             + co.prefill_attn_s * ell * (ell + 1) / 2)
 
 
-def token_s(co: Coefficients, ell: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
+def token_s(co: LinearCoefficients, ell: np.ndarray, limits: Limits, a: float, b: float) -> np.ndarray:
     """Least time of a batch that generates a request's token at context length ``ell`` (decode or refill)."""
     decode = a + b + co.request_s + co.decode_bias_s + co.decode_kv_s * ell.astype(np.float64)
     return np.minimum(decode, fill_s(co, ell, limits, a, b))
 
 
-def request_bounds(co: Coefficients, workload: Workload, limits: Limits) -> dict[str, np.ndarray]:
+def request_bounds(co: LinearCoefficients, workload: Workload, limits: Limits) -> dict[str, np.ndarray]:
     """Per request: ``ttft_s``, ``e2e_s`` and ``tpot_s`` (NaN where O = 1) lower bounds."""
     I, O = workload.input_lens, workload.output_lens
     ell, owner = context_lengths(I, O)

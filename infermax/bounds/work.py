@@ -25,9 +25,10 @@ import math
 
 import numpy as np
 
+from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .costs import Coefficients, cheapest_fill, context_lengths
+from .costs import cheapest_fill, context_lengths
 
 
 def batch_count_floor(workload: Workload, limits: Limits) -> tuple[int, dict[str, int]]:
@@ -43,14 +44,14 @@ def batch_count_floor(workload: Workload, limits: Limits) -> tuple[int, dict[str
     return max(reasons.values()), reasons
 
 
-def bias_floor(co: Coefficients, num_batches: int, num_prefill_batches: int) -> float:
+def bias_floor(co: LinearCoefficients, num_batches: int, num_prefill_batches: int) -> float:
     """Least Σ_j (decode bias [has decode] + prefill bias [has prefill]) over J batches."""
     if co.decode_bias_s <= co.prefill_bias_s:
         return co.decode_bias_s * (num_batches - num_prefill_batches) + co.prefill_bias_s * num_prefill_batches
     return co.prefill_bias_s * num_batches
 
 
-def path_costs(co: Coefficients, workload: Workload, per_token_s: float) -> np.ndarray:
+def path_costs(co: LinearCoefficients, workload: Workload, per_token_s: float) -> np.ndarray:
     """Cheapest per-request token-path cost with non-attention slope ``per_token_s``."""
     I, O = workload.input_lens, workload.output_lens
     pf_tok = per_token_s + co.prefill_token_s
@@ -63,12 +64,12 @@ def path_costs(co: Coefficients, workload: Workload, per_token_s: float) -> np.n
     return cost
 
 
-def work_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
+def work_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
     """The closed-form bound (offline part) and its certificate."""
     J, reasons = batch_count_floor(workload, limits)
     J_p = reasons["prefill_over_P"]
     best, detail = -math.inf, {}
-    for k, (a, b) in enumerate(co.lines):
+    for k, (a, b) in enumerate(co.nonattn_lines):
         paths = float(path_costs(co, workload, b).sum())
         value = a * J + bias_floor(co, J, J_p) + paths
         if value > best:
@@ -78,7 +79,7 @@ def work_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[fl
     return best, detail
 
 
-def arrival_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
+def arrival_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tuple[float, dict]:
     """max over arrival times τ of τ - T_min + (work bound of the requests arriving at or after τ)."""
     t = workload.arrivals_s
     if np.all(t == t[0]):
@@ -99,7 +100,7 @@ def arrival_bound(co: Coefficients, workload: Workload, limits: Limits) -> tuple
                            np.ceil(outs / limits.R_max) if limits.R_max else np.zeros(O.size)])
     J_p = np.ceil(inputs / limits.P)
     first = np.r_[True, t_sorted[1:] != t_sorted[:-1]]   # first request of each arrival time
-    for k, (a, b) in enumerate(co.lines):
+    for k, (a, b) in enumerate(co.nonattn_lines):
         paths = suffix(path_costs(co, workload, b)[order])
         biases = np.array([bias_floor(co, int(j), int(jp)) for j, jp in zip(J, J_p)])
         value = (t_sorted - t_sorted[0]) + a * J + biases + paths

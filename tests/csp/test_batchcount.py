@@ -1,4 +1,4 @@
-"""The least-batch-count search (csp/batchcount.py), its table of batches left (csp/batchtable.py) and the
+"""The least-batch-count search (csp/search/batchcount.py), its table of batches left (csp/search/batchtable.py) and the
 per-request cost term in the MILP."""
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from infermax import Limits, Workload
 from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
 from infermax.csp import solve_optimal
 from infermax.csp.backends import cpsat
-from infermax.csp.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
-from infermax.csp.batchtable import RemainingBatches
-from infermax.csp.classstate import classes_of
+from infermax.csp.search.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
+from infermax.csp.search.batchtable import RemainingBatches
+from infermax.csp.search.classstate import classes_of
 
 
 def _brute_force_batches(workload: Workload, M: int) -> int:

@@ -1,4 +1,4 @@
-"""The configuration LP (csp/configlp.py): its knapsack, its bound against the trajectory LP's and the optimum."""
+"""The configuration LP (csp/search/configlp.py): its knapsack, its bound against the trajectory LP's and the optimum."""
 from __future__ import annotations
 
 import itertools
@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload
-from infermax.csp import Policy, configlp
-from infermax.csp.batchtable import RemainingBatches
-from infermax.csp.classstate import ClassStateSpace
-from infermax.csp.search import exact_search
-from infermax.csp.trajectorylp import TrajectoryLP
-from infermax.csp.trajectorylp import is_available as glop_available
+from infermax.csp import Policy
+from infermax.csp.search import configlp
+from infermax.csp.search.batchtable import RemainingBatches
+from infermax.csp.search.classstate import ClassStateSpace
+from infermax.csp.search.astar import exact_search
+from infermax.csp.search.trajectorylp import TrajectoryLP
+from infermax.csp.search.trajectorylp import is_available as glop_available
 
 pytestmark = pytest.mark.skipif(not (configlp.is_available() and glop_available()),
                                 reason="HiGHS and OR-Tools (GLOP) are needed")
@@ -88,8 +89,9 @@ def test_building_it_prints_nothing():
     """HiGHS prints a banner while it is constructed; a search that refines its bound must not."""
     code = ("from infermax import Limits, Workload\n"
             "from infermax.costmodel import get_cost_model\n"
-            "from infermax.csp import Policy, configlp\n"
-            "from infermax.csp.classstate import ClassStateSpace\n"
+            "from infermax.csp import Policy\n"
+            "from infermax.csp.search import configlp\n"
+            "from infermax.csp.search.classstate import ClassStateSpace\n"
             "p = Policy()\n"
             "sp = ClassStateSpace(Workload.from_spec('fixed:I=2,O=3,B=4'), p.effective_limits(Limits(M=8, C=64)),\n"
             "                     get_cost_model(None), p, 0)\n"

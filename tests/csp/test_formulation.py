@@ -15,12 +15,12 @@ from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, Strengthening
-from infermax.csp.aggregate import assign_aggregate, build_aggregate
+from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
 from infermax.csp.api import build
-from infermax.csp.objectives import METRIC_OF
-from infermax.csp.formulation import check_instance
-from infermax.csp.objectives import MONOTONE, nonattention_segments
-from infermax.csp.trajectory import canonical_labels, merge_chunks, respects_policy, strip_wasted_work
+from infermax.csp.milp.objectives import METRIC_OF
+from infermax.csp.milp.formulation import check_instance
+from infermax.csp.milp.objectives import MONOTONE, nonattention_segments
+from infermax.csp.milp.trajectory import canonical_labels, merge_chunks, respects_policy, strip_wasted_work
 from infermax.csp.warmstart import assign
 
 

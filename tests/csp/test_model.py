@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infermax.csp.linearize import to_milp
-from infermax.csp.model import LinExpr, Model
+from infermax.csp.milp.linearize import to_milp
+from infermax.csp.milp.model import LinExpr, Model
 
 
 def test_expressions_build_rows_with_bounds():

@@ -1,4 +1,4 @@
-"""The exact class-state search (csp/search.py): agreement with the MILP, bounds, policies, errors."""
+"""The exact class-state search (csp/search/astar.py): agreement with the MILP, bounds, policies, errors."""
 from __future__ import annotations
 
 import pytest
@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, solve_optimal
-from infermax.csp.batchtable import RemainingBatches
-from infermax.csp.batchcount import is_applicable as batchcount_applies
-from infermax.csp.classstate import ClassStateSpace, classes_of
-from infermax.csp.search import exact_search, is_applicable, pilot_search, rollout
+from infermax.csp.search.batchtable import RemainingBatches
+from infermax.csp.search.batchcount import is_applicable as batchcount_applies
+from infermax.csp.search.classstate import ClassStateSpace, classes_of
+from infermax.csp.search.astar import exact_search, is_applicable, pilot_search, rollout
 
 NO_CHUNK = Policy(chunked_prefill=False)
 
@@ -86,7 +86,7 @@ def test_pilot_schedules_replay_to_their_value_and_never_beat_the_optimum(cost, 
 def test_the_pilot_finds_better_schedules_than_the_beam_on_eight_requests(cost):
     """I = O = 16, M = 128, B = 8 (optimum 0.25248 s, proven by A* in about 100 s): the pilot of width 16
     is within 0.5% of it in about a second; the beam of width 128 is not."""
-    from infermax.csp.search import beam_search
+    from infermax.csp.search.astar import beam_search
 
     w, lim = Workload.from_spec("fixed:I=16,O=16,B=8"), Limits(M=128, C=4096)
     pilot = pilot_search(w, lim, cost, NO_CHUNK, width=16, time_budget_s=60)

@@ -10,7 +10,7 @@ from infermax import Limits, Workload, metrics, replay
 from infermax.engine import resolve_inputs
 from infermax.csp import OptimalResult, Policy, solve_optimal
 from infermax.csp import backends as csp_backends
-from infermax.csp.objectives import METRIC_OF
+from infermax.csp.milp.objectives import METRIC_OF
 
 pytestmark = pytest.mark.solver
 

@@ -8,7 +8,7 @@ from factories import small_instances
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infermax.csp.strengthening import batch_count_lower_bound, dff_levels, dff_value
+from infermax.csp.milp.strengthening import batch_count_lower_bound, dff_levels, dff_value
 from infermax.csp.warmstart import horizon_for_latency
 
 

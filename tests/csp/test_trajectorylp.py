@@ -1,4 +1,4 @@
-"""The trajectory LP (csp/trajectorylp.py): its root and per-state bounds never exceed what is left."""
+"""The trajectory LP (csp/search/trajectorylp.py): its root and per-state bounds never exceed what is left."""
 from __future__ import annotations
 
 import functools
@@ -11,13 +11,13 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload
 from infermax.csp import Policy
-from infermax.csp.batchcount import is_applicable as batchcount_applies
-from infermax.csp import configlp
-from infermax.csp.batchtable import RemainingBatches
-from infermax.csp.classstate import ClassStateSpace, classes_of
-from infermax.csp.search import exact_search, is_applicable, pilot_search
-from infermax.csp.trajectorybound import TrajectoryBound
-from infermax.csp.trajectorylp import TrajectoryLP, is_available
+from infermax.csp.search.batchcount import is_applicable as batchcount_applies
+from infermax.csp.search import configlp
+from infermax.csp.search.batchtable import RemainingBatches
+from infermax.csp.search.classstate import ClassStateSpace, classes_of
+from infermax.csp.search.astar import exact_search, is_applicable, pilot_search
+from infermax.csp.search.trajectorybound import TrajectoryBound
+from infermax.csp.search.trajectorylp import TrajectoryLP, is_available
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="OR-Tools (GLOP) is not installed")
 NO_CHUNK = Policy(chunked_prefill=False)
@@ -43,7 +43,7 @@ def _space(workload, limits, cost, policy):
 def test_the_bound_never_exceeds_the_exact_time_left_from_any_reachable_state(cost, inst, policy, refine):
     """Every state reachable after k batches: bound(s, k) with the Lagrangian tables <= the least time
     left from s (computed exhaustively — the class-state graph is acyclic). With ``refine``, C and P are
-    raised to M so that the configuration LPs (csp/configlp.py) apply and add their tables.
+    raised to M so that the configuration LPs (csp/search/configlp.py) apply and add their tables.
 
     The explicit example once made GLOP report the trajectory LP infeasible for Y = 3, 4, 5: its first
     columns (paths that never pause) cannot keep R_max = 2 in three batches — the optimum evicts one

@@ -22,7 +22,7 @@ def to_schedule(fm: Formulation, values: np.ndarray, meta: dict) -> Schedule:
     c = np.rint(values[as_array(v.c)]).astype(np.int64)
     e = np.rint(values[as_array(v.e)]).astype(np.int64)
     ids = fm.workload.ids
-    starts = [values[s.index] for s in v.start] if getattr(v, "start", None) else None
+    starts = [values[s.index] for s in v.start] if v.start else None
     arrivals = fm.workload.arrivals_s
     prev_end = -np.inf
     batches = []

@@ -44,7 +44,7 @@ import time
 
 import numpy as np
 
-from .backends import lp as lp_engines
+from ..backends import lp as lp_engines
 from .trajectorylp import _SLACK_S, _UNIT_S, TrajectoryLP, _Path
 
 

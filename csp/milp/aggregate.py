@@ -24,13 +24,13 @@ from collections import deque
 
 import numpy as np
 
-from infermax.costmodel import CostModel
+from infermax.costmodel import CostModel, linear_coefficients
 from infermax.types import Batch, Limits, Schedule, Workload
 
 from .flows import class_flow
 from .formulation import Formulation, empty_formulation, num_identical_classes
 from .model import LinExpr
-from .objectives import linear_coefficients, nonattention_segments
+from .objectives import nonattention_segments
 from .policy import Policy
 from .strengthening import batch_count_lower_bound
 from .trajectory import trajectory
@@ -38,7 +38,7 @@ from .trajectory import trajectory
 
 def chunking_bound_holds(limits: Limits, cost: CostModel) -> bool:
     """Whether some optimal schedule fills whole, so whole fills bound every chunked schedule (module doc)."""
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the MILP")
     _, segs = nonattention_segments(k.nonattn_lines, limits.C)
     return limits.M <= limits.C and limits.M <= limits.P and segs[0][0] >= limits.M
 
@@ -59,7 +59,7 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
     fm = empty_formulation(workload, limits, cost, policy, horizon, "latency")
     fm.model.deadline = deadline
     m, J, lim = fm.model, horizon, fm.limits
-    k = linear_coefficients(cost)
+    k = linear_coefficients(cost, "the MILP")
     v = fm.v
     v.classes = num_identical_classes(workload)
     v.flows = []
@@ -78,7 +78,6 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
         r = workload.requests[cls[0]]
         n, I, O = len(cls), r.input_len, r.output_len
         F = class_flow(fm, cls, n, I, O, policy.allow_eviction)
-        F.cls, F.I, F.O = cls, I, O
         v.flows.append(F)
         for j in range(J):
             b = batch[j]
@@ -122,7 +121,7 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
             objective = objective + slope * v.seg[j][q]
         objective = objective + f0 * y + k.decode_bias_s * v.yd[j] + k.prefill_bias_s * v.yp[j]
         # request_s · R: merging a chunk never adds a request to a batch, so the relaxation stays a bound
-        objective = objective + getattr(k, "request_s", 0.0) * (b["dec"] + b["pre"])
+        objective = objective + k.request_s * (b["dec"] + b["pre"])
         if j + 1 < J:
             m.add(y >= v.y[j + 1], "batch-order")
         if j < lb_y:

@@ -1,7 +1,7 @@
 """Batch time inside the model, and the objectives built on it (§3.3 "Objective").
 
-The batch time is the simulator's own cost model, read from
-``cost.coefficients`` at build time (``infermax.costmodel.linear``)::
+The batch time is the simulator's own cost model, its coefficients read at build time by
+:func:`infermax.costmodel.linear_coefficients` (the one "is this cost model linear?" check)::
 
     t_j = max_k(a_k + b_k·N_j) + [decode](db + dk·K_j) + [prefill](pb + pa·W_j + pt·P_j)
 
@@ -38,7 +38,7 @@ import math
 import numpy as np
 
 from infermax.bounds.objectives import members, parse_objective, trace_value
-from infermax.costmodel import CostModel
+from infermax.costmodel import linear_coefficients
 from infermax.types import Workload
 
 from .formulation import Formulation
@@ -81,16 +81,6 @@ def trace_objective(trace, metrics: dict, name: str) -> float:
     return trace_value(parse_objective(name), trace)
 
 
-def linear_coefficients(cost: CostModel):
-    """The LinearCoefficients of ``cost`` (the MILP needs the linear model's form)."""
-    k = getattr(cost, "coefficients", None)
-    needed = ("nonattn_lines", "decode_bias_s", "decode_kv_s", "prefill_bias_s", "prefill_attn_s")
-    if k is None or not all(hasattr(k, n) for n in needed):
-        raise ValueError(f"the MILP needs a linear cost model (costmodel.linear); "
-                         f"{getattr(cost, 'name', cost)!r} has no linear coefficients")
-    return k
-
-
 def nonattention_segments(lines, max_tokens: int) -> tuple[float, list[tuple[int, float]]]:
     """f(0) and the (length, slope) runs of f(N) = max_k(a_k + b_k·N) on integers 0..max_tokens.
 
@@ -118,7 +108,7 @@ def add_batch_time_terms(fm: Formulation, exact: bool) -> None:
     """yd, yp, kvd and the segment variables of every batch (see the module docstring)."""
     m, v, J, lim = fm.model, fm.v, fm.horizon, fm.limits
     B = fm.num_requests
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     f0, segs = nonattention_segments(k.nonattn_lines, lim.C)
     v.f0, v.segs = f0, segs
     v.yd = [m.bool_var(f"yd[{j}]") for j in range(J)]
@@ -151,13 +141,13 @@ def add_batch_time_terms(fm: Formulation, exact: bool) -> None:
 def _fixed_terms(fm: Formulation, j: int) -> LinExpr:
     """The part of t_j that is linear in the model's variables (all but attention work)."""
     v = fm.v
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     B = fm.num_requests
     e = v.f0 * v.y[j] + k.decode_bias_s * v.yd[j] + k.prefill_bias_s * v.yp[j]
     for q, (_, slope) in enumerate(v.segs):
         e = e + slope * v.seg[j][q]
     pt = getattr(k, "prefill_token_s", 0.0)
-    rs = getattr(k, "request_s", 0.0)
+    rs = k.request_s
     for i in range(B):
         if pt:
             e = e + pt * (v.c[i][j] - v.dp[i][j])
@@ -169,7 +159,7 @@ def _fixed_terms(fm: Formulation, j: int) -> LinExpr:
 def busy_time(fm: Formulation) -> LinExpr:
     """Σ_j t_j, with the prefill work in its telescoped form (linear but for the evictions' squares)."""
     m, v, J = fm.model, fm.v, fm.horizon
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     B = fm.num_requests
     total = LinExpr()
     for j in range(J):
@@ -195,7 +185,7 @@ def batch_times(fm: Formulation, exact: bool) -> list[LinExpr]:
     h_ij = 2k_ij - c_ij + 1 (= 2m + c + 1) and w_ij = c_ij·h_ij is an integer product (exact, or >= for
     objectives monotone in batch time). A decode row's c·h/2 = k <= Pk is switched off by Pk·dp_ij."""
     m, v, J = fm.model, fm.v, fm.horizon
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     B = fm.num_requests
     out = []
     v.h = [[None] * J for _ in range(B)]
@@ -227,24 +217,24 @@ def own_batch_time(fm: Formulation, i: int) -> LinExpr:
     its decode or prefill bias (yd_j >= dp_ij, yp_j >= cz_ij - dp_ij), its tokens at the first (least)
     segment slope, and its own decode-KV and prefill-work terms of :func:`batch_times`."""
     v, J = fm.v, fm.horizon
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     slope = v.segs[0][1]
     e = LinExpr()
     for j in range(J):
         e = e + (v.f0 + k.prefill_bias_s) * v.cz[i][j] + slope * v.c[i][j] \
             + (k.decode_bias_s - k.prefill_bias_s) * v.dp[i][j] + k.decode_kv_s * v.kvd[i][j]
-        if getattr(v, "pw", None) and v.pw[i][j] is not None:
+        if v.pw and v.pw[i][j] is not None:
             e = e + k.prefill_attn_s * v.pw[i][j]
     return e
 
 
 def max_batch_time_s(fm: Formulation) -> float:
     """An upper bound on any single batch's time under the limits (for time big-Ms)."""
-    k = linear_coefficients(fm.cost)
+    k = linear_coefficients(fm.cost, "the MILP")
     lim = fm.limits
     return (max(a + b * lim.C for a, b in k.nonattn_lines) + k.decode_bias_s + k.decode_kv_s * lim.M
             + k.prefill_bias_s + k.prefill_attn_s * lim.C * lim.M + getattr(k, "prefill_token_s", 0.0) * lim.P
-            + getattr(k, "request_s", 0.0) * fm.num_requests)
+            + k.request_s * fm.num_requests)
 
 
 def add_timeline(fm: Formulation, times: list[LinExpr], exact: bool, upper_s: float) -> None:

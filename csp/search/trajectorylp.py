@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .backends import lp as lp_engines
+from ..backends import lp as lp_engines
 
 _SLACK_S = 1.0          # price of one token of KV overflow (s_j): keeps every restricted LP feasible
 _UNIT_S = 1e-3          # the LP's unit of time

@@ -131,7 +131,7 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
         m.add(sum(v.c[i][1:], 1.0 * v.c[i][0]) == Pk + sum(v.ev[i][1:], 1.0 * v.ev[i][0]), "cut-work")
         m.add(sum(v.cz[i][1:], 1.0 * v.cz[i][0]) >= O, "cut-count")
         m.add(sum(v.k[i][1:], 1.0 * v.k[i][0]) >= O * I + O * (O - 1) // 2, "cut-memory-time")
-        if getattr(v, "end", None) and fm.workload.arrivals_s[i] > 0:
+        if v.end and fm.workload.arrivals_s[i] > 0:
             m.add(v.end[J - 1] >= float(fm.workload.arrivals_s[i]) + own_batch_time(fm, i), "cut-arrival")
         for j in range(J):
             s = j
@@ -141,7 +141,7 @@ def add_valid_inequalities(fm: Formulation, dominance: bool) -> None:
             m.add(v.kvd[i][j] >= (I + O) * v.dp[i][j] + v.G[i][s] - O, "cut-decode-kv")
             m.add(v.m[i][s] >= (I + O) * v.D[i][s] + v.G[i][s] - O - 1, "cut-phase-kv")
             m.add(v.m[i][s] <= I - 1 + v.G[i][s], "cut-phase-kv")
-            if getattr(v, "qe", None):                # ev² of the busy time's telescoped prefill work
+            if v.qe:                # ev² of the busy time's telescoped prefill work
                 sq, x, on = v.qe[i][j], v.ev[i][j], v.e[i][j]
                 m.add(sq >= x, "cut-square")
                 for a in _tangent_points(int(m.ub[x.index])):     # perspective: x = 0 unless on = 1
@@ -184,7 +184,7 @@ def add_dff_cuts(fm: Formulation) -> None:
     z >= D_is - e_ij + [G_is >= θ_l - I_i + 1] - 1 (held decode KV reaches θ_l).
     """
     m, v, J, M = fm.model, fm.v, fm.horizon, fm.limits.M
-    if not hasattr(v, "gam"):
+    if v.gam is None:
         add_thermometer(fm)
     kk, _ = best_dff(fm.workload, M)
     levels = dff_levels(kk, M, max(v.Pk))

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Union
 
 import numpy as np
 
-from .budget import BudgetExhausted
+from ..budget import BudgetExhausted
 
 Number = Union[int, float]
 

@@ -43,13 +43,12 @@ from collections import deque
 
 import numpy as np
 
-from infermax.costmodel import CostModel
+from infermax.costmodel import CostModel, linear_coefficients
 from infermax.types import Batch, Limits, Schedule, Workload
 
 from .batchtable import RemainingBatches
-from .formulation import num_identical_classes
-from .objectives import linear_coefficients
-from .policy import Policy
+from ..milp.formulation import num_identical_classes
+from ..milp.policy import Policy
 
 
 def classes_of(workload: Workload) -> list[tuple[int, int, list[int]]]:
@@ -63,12 +62,12 @@ class ClassStateSpace:
 
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, min_batches: int,
                  rest: "RemainingBatches | None" = None):
-        k = linear_coefficients(cost)
+        k = linear_coefficients(cost, "the class-state search")
         self.lines = tuple(k.nonattn_lines)
         # f(N) for the token counts batches have (at most min(C, M): a batch's tokens never exceed its KV)
         self._f = [max(a + b * n for a, b in self.lines) for n in range(min(limits.C, limits.M, 1 << 16) + 1)]
         self.db, self.dk, self.pb, self.pa = k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s
-        self.pt, self.rq = k.prefill_token_s, getattr(k, "request_s", 0.0)
+        self.pt, self.rq = k.prefill_token_s, k.request_s
         self.M, self.C, self.P = limits.M, limits.C, limits.P
         self.R_max = limits.R_max if limits.R_max is not None else len(workload)
         self.evict, self.hybrid = policy.allow_eviction, policy.hybrid

@@ -17,14 +17,13 @@ import math
 import time
 from dataclasses import dataclass
 
-from infermax.costmodel import CostModel
+from infermax.costmodel import CostModel, linear_coefficients
 from infermax.types import Limits, Schedule, Workload
 
-from .aggregate import chunking_bound_holds
+from ..milp.aggregate import chunking_bound_holds
 from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
-from .objectives import linear_coefficients
-from .policy import Policy
+from ..milp.policy import Policy
 from .trajectorybound import TrajectoryBound
 
 
@@ -54,7 +53,7 @@ def is_applicable(workload: Workload, limits: Limits, cost: CostModel, policy: P
     if limits.block_size > 1:
         return False, f"Limits.block_size = {limits.block_size} > 1 (the class state counts KV in tokens)"
     try:
-        k = linear_coefficients(cost)
+        k = linear_coefficients(cost, "the class-state search")
     except ValueError as exc:
         return False, str(exc)
     b_min = min(b for _, b in k.nonattn_lines)

@@ -26,13 +26,31 @@ arcs; the links become inequalities when the dominance rule is off.
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
+from dataclasses import dataclass
 
-from .formulation import Formulation, num_identical_classes
-from .model import LinExpr
+from .formulation import Formulation, Grid, num_identical_classes
+from .model import LinExpr, Var
 from .strengthening import best_dff, dff_value
 
 _FLOW_NAMES = ("XD", "H", "EW", "EC", "XP", "WW")
+
+
+@dataclass(slots=True)
+class ClassFlow:
+    """The flow variables of one class of identical requests: nodes [t][state s], arcs [t][batch j]."""
+
+    cls: list[int]       # the requests of the class (positions in the workload)
+    I: int               # their prompt tokens
+    O: int               # their output tokens
+    R: Grid              # resident with t tokens
+    W: Grid              # waiting with t tokens
+    done: list[Var]      # done, per state
+    XD: Grid             # decode: R_t -> R_t+1
+    H: Grid              # idle: R_t -> R_t
+    EW: Grid             # evict: R_t -> W_t
+    EC: Grid             # evict and refill whole: R_t -> R_t+1
+    XP: Grid             # (re)fill completes: W_t -> R_t+1
+    WW: Grid             # wait or partial chunk: W_t -> W_t
 
 
 def _sum(items) -> LinExpr:
@@ -110,23 +128,21 @@ def _dff_family(fm: Formulation, count: int) -> list[int]:
     return ([best] + [k for k in (1, 2, 3, 4, 5) if k != best])[:count]
 
 
-def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictable: bool) -> SimpleNamespace:
+def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictable: bool) -> ClassFlow:
     """Node counts R_t, W_t, done at every state and arc counts on every batch, with conservation."""
     m, J = fm.model, fm.horizon
     name = f"cls{cls[0]}"
-    F = SimpleNamespace()
     # nodes: state s = start of batch s
-    F.R = [[m.int_var(0, n if 1 <= t <= s else 0, f"{name}.R[{t},{s}]") for s in range(J + 1)] for t in range(O)]
-    F.W = [[m.int_var(0, n if t <= s else 0, f"{name}.W[{t},{s}]") for s in range(J + 1)] for t in range(O)]
-    F.done = [m.int_var(0, n if s >= O else 0, f"{name}.done[{s}]") for s in range(J + 1)]
+    R = [[m.int_var(0, n if 1 <= t <= s else 0, f"{name}.R[{t},{s}]") for s in range(J + 1)] for t in range(O)]
+    W = [[m.int_var(0, n if t <= s else 0, f"{name}.W[{t},{s}]") for s in range(J + 1)] for t in range(O)]
+    done = [m.int_var(0, n if s >= O else 0, f"{name}.done[{s}]") for s in range(J + 1)]
     arcs = {}
     for a in _FLOW_NAMES:
         resident = a in ("XD", "H", "EW", "EC")
         evict = a in ("EW", "EC")
         arcs[a] = [[m.int_var(0, 0 if (resident and t == 0) or (evict and not evictable) or t > j else n,
                               f"{name}.{a}[{t},{j}]") for j in range(J)] for t in range(O)]
-    for a in _FLOW_NAMES:
-        setattr(F, a, arcs[a])
+    F = ClassFlow(cls=cls, I=I, O=O, R=R, W=W, done=done, **arcs)
     m.add(F.W[0][0] == n, "flow")
     m.add(F.done[0] == 0, "flow")
     m.add(F.done[J] == n, "flow")
@@ -153,7 +169,7 @@ def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictabl
 def assign_flows(fm: Formulation, x, gen, D, fin, e, g) -> None:
     """Fill the flow variables of ``x`` from per-request arrays (state [B, J+1], batch [B, J])."""
     J = fm.horizon
-    for cls, F in zip(num_identical_classes(fm.workload), getattr(fm.v, "flows", [])):
+    for cls, F in zip(num_identical_classes(fm.workload), fm.v.flows or []):
         for grid in (F.R, F.W) + tuple(getattr(F, a) for a in _FLOW_NAMES):
             for row in grid:
                 for var in row:

@@ -37,7 +37,7 @@ import numpy as np
 
 from infermax.types import Limits, Workload
 
-from .model import LinExpr, Model
+from ..milp.model import LinExpr, Model
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -18,7 +18,6 @@ without I_is), and a request in decode phase holds m_is = I_i + G_is - 1.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any, Callable
 
 import numpy as np
@@ -28,6 +27,65 @@ from infermax.types import Limits, Workload
 
 from .model import Model, Var
 from .policy import Policy
+
+
+Grid = list[list[Var]]          # [request][state s] or [request][batch j]
+
+
+@dataclass(slots=True)
+class Variables:
+    """The named variable families of a formulation; each module fills the families it adds.
+
+    A family left at None was not built (its objective, cut or model is not in this formulation):
+    the warm start (:func:`infermax.csp.warmstart.assign`) and the read-back test for that.
+    """
+
+    # data per request, read by every family (:func:`add_variables`)
+    I: list[int] = field(default_factory=list)         # prompt tokens I_i
+    O: list[int] = field(default_factory=list)         # output tokens O_i
+    Pk: list[int] = field(default_factory=list)        # peak KV I_i + O_i - 1
+    cmax: list[int] = field(default_factory=list)      # largest chunk min(C, P, Pk_i)
+    # state after batch s - 1, [request][s = 0..J] (:func:`add_variables`)
+    m: Grid | None = None            # KV tokens cached
+    inp: Grid | None = None          # current input size
+    G: Grid | None = None            # tokens generated
+    D: Grid | None = None            # decode phase
+    F: Grid | None = None            # finished
+    mz: Grid | None = None           # [m > 0]
+    # per batch, [request][j = 0..J-1] (:func:`add_variables`)
+    c: Grid | None = None            # tokens processed
+    k: Grid | None = None            # KV held during the batch
+    ev: Grid | None = None           # KV evicted before the batch
+    e: Grid | None = None            # evicted before the batch
+    g: Grid | None = None            # a token generated
+    cz: Grid | None = None           # [c > 0]
+    kz: Grid | None = None           # [k > 0]
+    dp: Grid | None = None           # a decode step
+    f: Grid | None = None            # completes in the batch
+    nb: Grid | None = None           # KV blocks held (block_size > 1 only, :func:`add_kv_blocks`)
+    y: list[Var] | None = None       # the batch is non-empty
+    # batch time (:func:`.objectives.add_batch_time_terms`, or :func:`.aggregate.build_aggregate`)
+    f0: float | None = None          # non-attention time of an empty batch, max_k a_k
+    segs: list[tuple[int, float]] | None = None   # (length, slope) of the non-attention envelope
+    yd: list[Var] | None = None      # the batch has a decode step
+    yp: list[Var] | None = None      # the batch has a prefill chunk
+    seg: Grid | None = None          # [batch][segment] tokens on each segment of the envelope
+    kvd: Grid | None = None          # decode KV read
+    qe: Grid | None = None           # ev² (exact batch times only)
+    h: Grid | None = None            # 2k - c + 1 per prefill cell (None where no chunk can be)
+    w: Grid | None = None            # c·h, twice the causal pairs
+    pw: Grid | None = None           # c·h/2 in prefill phase
+    # event times (:mod:`.objectives`)
+    start: list[Var] | None = None   # batch start, s
+    end: list[Var] | None = None     # batch end, s
+    completion: dict[int, Var] | None = None    # {request: completion time}
+    first: dict[int, Var] | None = None         # {request: first-token time}
+    started: dict[int, list[Var]] | None = None  # {request: [G_is >= 1] per state}
+    ft: dict[int, list[Var]] | None = None      # {request: [first token in batch j]}
+    # strengthening and class flows (:mod:`.strengthening`, :mod:`.flows`, :mod:`.aggregate`)
+    gam: list[list[list[Var]]] | None = None   # [request][state][t] = [G_is >= t + 1]
+    classes: list[list[int]] | None = None     # identical-request classes (aggregate model)
+    flows: list | None = None                  # one :class:`.flows.ClassFlow` per class
 
 
 @dataclass
@@ -41,7 +99,7 @@ class Formulation:
     policy: Policy
     horizon: int
     objective: str
-    v: SimpleNamespace = field(default_factory=SimpleNamespace)
+    v: Variables = field(default_factory=Variables)
     info: dict[str, Any] = field(default_factory=dict)
     #: auxiliary variables and how to compute each from the others (filled in order)
     derived: list[tuple[Var, Callable[[np.ndarray], float]]] = field(default_factory=list)
@@ -99,8 +157,7 @@ def add_variables(fm: Formulation) -> None:
     v.k = batch("k", lambda i: Pk[i])
     v.ev = batch("ev", lambda i: Pk[i] - 1)
     v.e = batch("e", lambda i: 1 if fm.policy.allow_eviction else 0)
-    for name in ("g", "cz", "kz", "dp", "f"):
-        setattr(v, name, batch(name, lambda i: 1))
+    v.g, v.cz, v.kz, v.dp, v.f = (batch(name, lambda i: 1) for name in ("g", "cz", "kz", "dp", "f"))
     v.y = [m.bool_var(f"y[{j}]") for j in range(J)]
 
 
