@@ -14,17 +14,17 @@ answers the question it can:
 
 - ``judge`` (``ServingState.apply`` through ``replay``): accepts the schedule and rejects the
   mutation with a ScheduleError naming the rule;
-- ``milp`` (the per-request model, csp/formulation.py + csp/objectives.py): with every c_ij and
+- ``milp`` (the per-request model, csp/milp/formulation.py + csp/milp/objectives.py): with every c_ij and
   e_ij fixed to the schedule's, feasible iff replay accepts — a full assignment it accepts for
   the schedule, a CP-SAT proof of infeasibility for the mutation; the strengthened model
-  (cuts, class flows, symmetry, dominance: csp/strengthening.py, csp/flows.py) accepts the
-  schedule too; ``milp-bigm`` (slow) is the same through csp/linearize.py's big-M rows and HiGHS;
-- ``flows`` (the class-flow MILP, csp/aggregate.py): the same with the arc counts fixed, where
+  (cuts, class flows, symmetry, dominance: csp/milp/strengthening.py, csp/milp/flows.py) accepts the
+  schedule too; ``milp-bigm`` (slow) is the same through csp/milp/linearize.py's big-M rows and HiGHS;
+- ``flows`` (the class-flow MILP, csp/milp/aggregate.py): the same with the arc counts fixed, where
   the rule is a row; where it is structural (a fill arc carries exactly I + t tokens), the rows
   are read; where it is not modelled (arrivals, KV blocks), the method must refuse;
-- ``classstate`` (csp/classstate.py): every batch of the schedule is a successor of its class
+- ``classstate`` (csp/search/classstate.py): every batch of the schedule is a successor of its class
   state, and the mutated batch is not;
-- ``relaxations`` (csp/batchcount.py, csp/batchtable.py, csp/strengthening.py's batch count,
+- ``relaxations`` (csp/search/batchcount.py, csp/search/batchtable.py, csp/milp/strengthening.py's batch count,
   infermax/bounds/; the trajectory and configuration LPs in the slow run): the schedule
   satisfies each (its value is at least the bound). A relaxation may admit the mutation, so
   only this direction is an implication.
@@ -50,15 +50,18 @@ from infermax.bounds import lower_bound
 from infermax.bounds.work import batch_count_floor
 from infermax.costmodel import get_cost_model
 from infermax.csp import Policy, Strengthening
-from infermax.csp import aggregate, backends, batchcount, classstate, search
-from infermax.csp.aggregate import assign_aggregate, build_aggregate
+from infermax.csp import backends
 from infermax.csp.api import build
-from infermax.csp.batchtable import RemainingBatches
-from infermax.csp.flows import assign_flows
-from infermax.csp.formulation import Formulation
-from infermax.csp.model import LinExpr, Model
-from infermax.csp.strengthening import batch_count_lower_bound
-from infermax.csp.trajectory import canonical_labels, strip_wasted_work
+from infermax.csp.milp import aggregate
+from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
+from infermax.csp.milp.flows import assign_flows
+from infermax.csp.milp.formulation import Formulation
+from infermax.csp.milp.model import LinExpr, Model
+from infermax.csp.milp.strengthening import batch_count_lower_bound
+from infermax.csp.milp.trajectory import canonical_labels, strip_wasted_work
+from infermax.csp.search import astar as search
+from infermax.csp.search import batchcount, classstate
+from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.warmstart import assign
 from infermax.state import ScheduleError, ServingState
 
@@ -440,7 +443,7 @@ def test_per_request_milp(rule, k, chunked):
 @pytest.mark.parametrize("rule,k,chunked",
                          _ids("milp-bigm", [r for r in RULES if r not in ("arrival", "kv-freed")], 1, chunked=True))
 def test_per_request_milp_big_m(rule, k, chunked):
-    """The same through big-M rows (csp/linearize.py) and HiGHS: the schedule feasible, the mutation not."""
+    """The same through big-M rows (csp/milp/linearize.py) and HiGHS: the schedule feasible, the mutation not."""
     if not backends.get_backend("highs").is_available():
         pytest.skip("highspy is not installed")
     case = case_of(rule, k, chunked)
@@ -579,7 +582,7 @@ def _batch_move(sp, w: Workload, wk: Walk, j: int):
 
 def _is_successor(sp, s: tuple, move, time_s: float | None = None) -> bool:
     """Whether batch ``move`` (:func:`_batch_move`) is a successor of ``s`` up to the search's two dominance
-    rules (csp/classstate.py): a batch runs the same slots as some successor, which evicts a subset of its
+    rules (csp/search/classstate.py): a batch runs the same slots as some successor, which evicts a subset of its
     evictions (lazy eviction: the rest can wait a batch) and, for the same next state, may turn all decodes
     into evict-and-refills or none (whichever is cheaper: with ``time_s``, the successor's time must not
     exceed it). Each item must be a whole (re)fill (I + t tokens) or a one-token decode."""
@@ -659,7 +662,7 @@ def test_relaxations(rule, k, chunked):
     got: list[tuple[str, float, float]] = []                       # (relaxation, bound, the schedule's value)
     _, reasons = batch_count_floor(w, lim)
     got += [(f"bounds.work.batch_count_floor[{why}]", v, n) for why, v in reasons.items()]
-    got.append(("csp.strengthening.batch_count_lower_bound", batch_count_lower_bound(w, lim), n))
+    got.append(("csp.milp.strengthening.batch_count_lower_bound", batch_count_lower_bound(w, lim), n))
     for objective, methods, value in (("latency", ("work", "lp", "lagrangian"), met["latency_s"]),
                                       ("ttft", ("requests", "order"), met["ttft_mean_s"]),
                                       ("e2e", ("requests", "order"), met["e2e_mean_s"])):
@@ -669,11 +672,11 @@ def test_relaxations(rule, k, chunked):
         classes = [(I, O, len(idx)) for I, O, idx in classstate.classes_of(w)]
         table = RemainingBatches(classes, lim.M, lim.R_max, time_budget_s=5.0)
         if table.is_complete:
-            got.append(("csp.batchtable.RemainingBatches", table.num_batches, n))
+            got.append(("csp.search.batchtable.RemainingBatches", table.num_batches, n))
         if batchcount.is_applicable(lim):
-            got.append(("csp.batchcount.min_batch_count", batchcount.min_batch_count(w, lim).num_batches, n))
+            got.append(("csp.search.batchcount.min_batch_count", batchcount.min_batch_count(w, lim).num_batches, n))
         bad = _own_packing(w, s, lim)
-        assert not bad, (f"[{rule}] relaxations: csp.batchcount.packing_model rejects the schedule's own packing: "
+        assert not bad, (f"[{rule}] relaxations: csp.search.batchcount.packing_model rejects the schedule's own packing: "
                          f"{bad[0]}")
     for name, bound, value in got:
         assert bound <= value * (1 + 1e-9), (f"[{rule}] relaxations: {name} = {bound!r} exceeds the value "
@@ -686,9 +689,9 @@ def test_relaxations(rule, k, chunked):
                          _ids("relaxations-lp", [r for r in RULES if r not in ("arrival", "M-blocks")]))
 def test_trajectory_and_configuration_lps(rule, k, chunked):
     """The trajectory LP (and the configuration LP where it applies) for the schedule's own batch count is at
-    most the schedule's latency (csp/trajectorylp.py: every schedule of exactly Y non-empty whole-fill batches
+    most the schedule's latency (csp/search/trajectorylp.py: every schedule of exactly Y non-empty whole-fill batches
     is a solution)."""
-    from infermax.csp import configlp, trajectorylp
+    from infermax.csp.search import configlp, trajectorylp
 
     if not trajectorylp.is_available():
         pytest.skip("OR-Tools GLOP is not installed")
@@ -696,9 +699,9 @@ def test_trajectory_and_configuration_lps(rule, k, chunked):
     w, lim, s = case.workload, case.limits, case.schedule
     latency = metrics(replay(s, w, lim, COST))["latency_s"]
     sp = classstate.ClassStateSpace(w, lim, COST, Policy(), 0)
-    lps = [("csp.trajectorylp.TrajectoryLP", trajectorylp.TrajectoryLP)]
+    lps = [("csp.search.trajectorylp.TrajectoryLP", trajectorylp.TrajectoryLP)]
     if configlp.is_available() and configlp.applies(sp):
-        lps.append(("csp.configlp.ConfigLP", configlp.ConfigLP))
+        lps.append(("csp.search.configlp.ConfigLP", configlp.ConfigLP))
     for name, LP in lps:
         bound = LP(sp, len(s)).solve(time.perf_counter() + 30.0)[0]
         assert bound <= latency * (1 + 1e-9), (f"[{rule}] relaxations: {name} for {len(s)} batches = {bound!r} "
