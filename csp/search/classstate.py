@@ -90,6 +90,8 @@ class ClassStateSpace:
 
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, min_batches: int,
                  rest: "RemainingBatches | None" = None):
+        """Per-instance constants: cost coefficients, limits, the flat slot layout and where each slot's
+        requests go, the start and goal states. Long only in its tables, each one line, read top to bottom."""
         k = linear_coefficients(cost, "the class-state search")
         self.lines = tuple(k.nonattn_lines)
         # f(N) for the token counts batches have (at most min(C, M): a batch's tokens never exceed its KV)
@@ -388,11 +390,15 @@ class _BatchEnumeration:
         self.num_groups = len(groups)
         self.take = [0] * len(groups)                          # how many of each group the batch runs
         self.residents_all = sum(s[q] for q in groups if slots[q].is_resident)
-        if needs is not None:   # needs are checked at the last group of a level, with the others of that level
-            level_of = self.level_of = [level_index[q] for q in groups]
-            self.is_last = [level_of[g] not in level_of[g + 1:] for g in range(len(groups))]
-            self.same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(len(groups))]
+        if needs is not None:
+            self._index_levels([level_index[q] for q in groups])
         self.out: list[Successor] = []
+
+    def _index_levels(self, level_of: list[int]) -> None:
+        """Where needs are checked: at the last group of a level, counting the others of that level."""
+        self.level_of = level_of
+        self.is_last = [level_of[g] not in level_of[g + 1:] for g in range(len(level_of))]
+        self.same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(len(level_of))]
 
     def run(self, needs: list | None) -> "list[Successor]":
         """Walk every choice from the first group; the successors found, in order."""
@@ -408,6 +414,8 @@ class _BatchEnumeration:
         items running; fill_tokens, fill_work: tokens and causal work of the (re)fills; num_decodes,
         decode_work: the decodes, and the causal work of their refills (if converted); alive: the needs
         (dicts level -> count) the levels decided so far meet (None: no needs).
+        Its branches are the walk's cuts (KV, P, needs) and the two kinds of group, kept inline because
+        this is the innermost loop of the exact search.
         """
         if g == self.num_groups:
             if items:
