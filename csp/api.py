@@ -163,6 +163,9 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
     (interchangeable requests), then the per-request model on whatever gap remains,
     every bound found on the way kept.
 
+    Long only in its arguments: the body checks them in order, then hands one :class:`Stage` to
+    :func:`_solve`.
+
     ``time_limit_s`` bounds the whole call (warm start, bounds, model building included:
     :mod:`.budget`). The result's ``bound`` is certified for every backend and objective: the
     best of the solver's (only where its horizon is proven to hold an optimum) and of the
@@ -326,7 +329,10 @@ def _model_horizon(objective: str, ws: WarmStart | None, workload: Workload, cos
 
 
 def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "Tracker", stop_early: bool) -> None:
-    """The class-state search, the aggregate MILP and the per-request MILP, each warm-started by the last."""
+    """The class-state search, the aggregate MILP and the per-request MILP, each warm-started by the last.
+
+    Its branches are the rules for which stages run (the method asked, what applies, the budget left,
+    stop_early); they read top to bottom in stage order."""
     budget, method = stage.budget, methods.asked
     done = (lambda: track.finished or track.is_done()) if stop_early else (lambda: track.finished)
     least_batches = None
@@ -407,6 +413,7 @@ def _solve_search(stage: Stage, *, ws: WarmStart, reserve: bool) -> SearchOutcom
     share has passed — each better schedule lowers the A* cutoff and is the incumbent if A* cannot
     finish; A* for the rest (its LP share for the trajectory LPs' tables, :mod:`.trajectorylp`, or,
     without the table, for the configuration LPs, :mod:`.configlp`).
+    Its branches are those phases in order (table or refutation, incumbents, A*).
     """
     workload, limits, cost, policy, budget = stage.workload, stage.limits, stage.cost, stage.policy, stage.budget
     be, threads, rel_gap = stage.be, stage.threads, stage.rel_gap

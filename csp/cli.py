@@ -100,6 +100,10 @@ class _ProgressLines:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
+    """``infermax solve``: solve, write the run directory and result.json if asked, print the summary.
+
+    Its branches are the command's output options (--out, --json, --better-than, Ctrl-C), read top to bottom.
+    """
     from infermax.cli import dumps_json
     from infermax.engine import resolve_inputs
     from infermax.rundir import out_dir, write_run

@@ -109,6 +109,12 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
                 hinted: bool, rel_gap: float, t0: float, target: float | None,
                 extract: Callable[[np.ndarray, dict], Schedule], method: str,
                 reassign: Callable[[Schedule], np.ndarray]) -> OptimalResult:
+    """The :class:`OptimalResult` of a MILP solve: its schedule (the solver's, else the warm start's),
+    replayed and compared with the solver's objective, the certified bound, the gap and the status.
+
+    Its branches are where the schedule comes from and which of the bound's sources are valid, read in
+    the order the result is assembled.
+    """
     workload, limits, cost = fm.workload, fm.limits, fm.cost
     info: dict[str, Any] = {"method": method, "model": fm.model.stats(), "solver_status": res.status,
                             "solver_wall_s": res.wall_s,

@@ -139,7 +139,11 @@ def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: C
 
 
 def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
-    """Every model variable's value for ``schedule`` (which must fit in the horizon)."""
+    """Every model variable's value for ``schedule`` (which must fit in the horizon).
+
+    Long because it sets every variable family of :class:`.milp.formulation.Variables` in the order the
+    formulation declares them, each from the schedule's trajectory.
+    """
     w, v, J, model = fm.workload, fm.v, fm.horizon, fm.model
     tr = trajectory(schedule, w, fm.limits, fm.cost)
     n = tr.c.shape[1]

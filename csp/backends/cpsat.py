@@ -80,7 +80,11 @@ def _scaled_row(row, coefs: np.ndarray, ranges: np.ndarray, continuous: bool, st
 
 def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
           rel_gap: float = 1e-4, log: bool = False, params: dict | None = None) -> SolveResult:
-    """Solve with CP-SAT; ``params`` are extra CpSolver parameters (name -> value)."""
+    """Solve with CP-SAT; ``params`` are extra CpSolver parameters (name -> value).
+
+    Long because it is the backend's whole translation loop, read top to bottom (scaled integer
+    variables, rows, indicators and products, hint, parameters, read-back); splitting it would scatter
+    one solver's API."""
     if not is_available():
         raise BackendUnavailable(NAME, PIP)
     from ortools.sat.python import cp_model

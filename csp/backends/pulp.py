@@ -31,6 +31,11 @@ def is_available() -> bool:
 
 def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
           rel_gap: float = 1e-4, log: bool = False, products: str = "exact", big_m: str = "tight") -> SolveResult:
+    """Solve with PuLP (CBC): translate the model row by row, hint, solve, read the values and status back.
+
+    Long because it is the backend's whole translation loop, read top to bottom (variables, rows,
+    indicators and products, objective, parameters, read-back); splitting it would scatter one solver's API.
+    """
     if not is_available():
         raise BackendUnavailable(NAME, PIP)
     import pulp

@@ -55,6 +55,8 @@ def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy:
     min_batches: a known lower bound on the number of batches (e.g. from :func:`probe_batch_count`);
     exact_batches: every batch of the horizon is non-empty. Building stops with
     :class:`.budget.BudgetExhausted` once ``deadline`` (``time.perf_counter()``) passes.
+    Long because it writes the whole model in the order of the module docstring (variables, conservation,
+    per-batch rows, objective), each family commented, like :mod:`.formulation` but in one place.
     """
     fm = empty_formulation(workload, limits, cost, policy, horizon, "latency")
     fm.model.deadline = deadline
@@ -150,7 +152,10 @@ def probe_batch_count(workload: Workload, limits: Limits, cost: CostModel, polic
 
 
 def to_schedule(fm: Formulation, values: np.ndarray, meta: dict) -> Schedule:
-    """Decompose the class flows of a solution into per-request paths (any order within a class)."""
+    """Decompose the class flows of a solution into per-request paths (any order within a class).
+
+    Its branches are the arc kinds of a batch (decode, refill, fill, evict, hold), each moving requests
+    between queues; they read top to bottom."""
     ids = fm.workload.ids
     J = fm.horizon
     val = lambda var: int(round(values[var.index]))

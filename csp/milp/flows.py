@@ -58,9 +58,13 @@ def _sum(items) -> LinExpr:
 
 
 def add_class_flows(fm: Formulation, dominance: bool, dff_ks: int = 3) -> None:
-    """Flow variables, conservation, links to the per-request model, and the per-batch cuts."""
+    """Flow variables, conservation, links to the per-request model, and the per-batch cuts.
+
+    Per class: its flows (:func:`class_flow`), their links to the per-request variables batch by batch
+    (:func:`_link_batch`) and state by state (:func:`_link_states`), its share of each batch's loads
+    (:func:`_add_loads`); then the per-batch rows on the summed loads (:func:`_add_batch_rows`).
+    """
     m, v, J = fm.model, fm.v, fm.horizon
-    M = fm.limits.M
     evictable = fm.policy.allow_eviction
     ks = _dff_family(fm, dff_ks)
     fm.info["flow_dff_ks"] = ks
@@ -74,44 +78,73 @@ def add_class_flows(fm: Formulation, dominance: bool, dff_ks: int = 3) -> None:
         F = class_flow(fm, cls, n, I, O, evictable)
         v.flows.append(F)
         for j in range(J):
-            gen_t = lambda t: F.XD[t][j] + F.EC[t][j] + F.XP[t][j]
-            # links to the per-request variables
-            m.add(_sum(v.g[i][j] for i in cls) == _sum(gen_t(t) for t in range(O)), "flow-link")
-            m.add(_sum(v.dp[i][j] for i in cls) == _sum(F.XD[t][j] for t in range(O)), "flow-link")
-            m.add(_sum(v.kvd[i][j] for i in cls) == _sum((I + t) * F.XD[t][j] for t in range(O)), "flow-link")
-            ev = _sum((I + t - 1) * (F.EW[t][j] + F.EC[t][j]) for t in range(1, O))
-            ee = _sum(F.EW[t][j] + F.EC[t][j] for t in range(1, O))
-            if dominance:
-                m.add(_sum(v.ev[i][j] for i in cls) == ev, "flow-link")
-                m.add(_sum(v.e[i][j] for i in cls) == ee, "flow-link")
-            else:
-                m.add(_sum(v.ev[i][j] for i in cls) >= ev, "flow-link")
-                m.add(_sum(v.e[i][j] for i in cls) >= ee, "flow-link")
-            m.add(_sum(v.k[i][j] for i in cls) >= _sum((I + t) * gen_t(t) for t in range(O))
-                  + _sum((I + t - 1) * F.H[t][j] for t in range(1, O)), "flow-link")
-            for t in range(O):
-                counts[j]["dec"].append(F.XD[t][j])
-                counts[j]["pre"] += [F.EC[t][j], F.XP[t][j]]
-                w_gen, w_hold = I + t, I + t - 1
-                loads[j]["mem"] = loads[j]["mem"] + w_gen * gen_t(t) + (w_hold * F.H[t][j] if t else 0)
-                for k in ks:                      # u_k(w/M)·k(k+1) is an integer: exact rows on every backend
-                    den = k * (k + 1)
-                    fg = int(dff_value(k, w_gen, M) * den)
-                    fh = int(dff_value(k, w_hold, M) * den) if t else 0
-                    loads[j]["all"][k] = loads[j]["all"][k] + fg * gen_t(t) + fh * F.H[t][j]
-                    loads[j]["dec"][k] = loads[j]["dec"][k] + fg * F.XD[t][j]
-                    loads[j]["pre"][k] = loads[j]["pre"][k] + fg * (F.EC[t][j] + F.XP[t][j])
-        for s in range(J + 1):
-            m.add(_sum(v.D[i][s] for i in cls) == _sum(F.R[t][s] for t in range(1, O)), "flow-link")
-            m.add(_sum(v.F[i][s] for i in cls) == F.done[s], "flow-link")
-            m.add(_sum(v.G[i][s] for i in cls) == _sum(t * (F.R[t][s] + F.W[t][s]) for t in range(O)) + O * F.done[s],
-                  "flow-link")
+            _link_batch(fm, cls, F, I, O, j, dominance)
+            _add_loads(loads[j], counts[j], F, I, O, j, ks, fm.limits.M)
+        _link_states(fm, cls, F, O)
+    _add_batch_rows(fm, loads, counts, ks)
+
+
+def _generating(F: ClassFlow, t: int, j: int) -> LinExpr:
+    """Requests of the class generating their token t + 1 in batch j: decodes, refills after eviction, fills."""
+    return F.XD[t][j] + F.EC[t][j] + F.XP[t][j]
+
+
+def _link_batch(fm: Formulation, cls: list[int], F: ClassFlow, I: int, O: int, j: int, dominance: bool) -> None:
+    """Batch j's per-request sums of the class (tokens generated, decodes, KV read, evictions, KV held) equal
+    (or, without dominance, bound) the flows' counts. Its complexity is the sums, one per row."""
+    m, v = fm.model, fm.v
+    m.add(_sum(v.g[i][j] for i in cls) == _sum(_generating(F, t, j) for t in range(O)), "flow-link")
+    m.add(_sum(v.dp[i][j] for i in cls) == _sum(F.XD[t][j] for t in range(O)), "flow-link")
+    m.add(_sum(v.kvd[i][j] for i in cls) == _sum((I + t) * F.XD[t][j] for t in range(O)), "flow-link")
+    ev = _sum((I + t - 1) * (F.EW[t][j] + F.EC[t][j]) for t in range(1, O))
+    ee = _sum(F.EW[t][j] + F.EC[t][j] for t in range(1, O))
+    if dominance:
+        m.add(_sum(v.ev[i][j] for i in cls) == ev, "flow-link")
+        m.add(_sum(v.e[i][j] for i in cls) == ee, "flow-link")
+    else:
+        m.add(_sum(v.ev[i][j] for i in cls) >= ev, "flow-link")
+        m.add(_sum(v.e[i][j] for i in cls) >= ee, "flow-link")
+    m.add(_sum(v.k[i][j] for i in cls) >= _sum((I + t) * _generating(F, t, j) for t in range(O))
+          + _sum((I + t - 1) * F.H[t][j] for t in range(1, O)), "flow-link")
+
+
+def _add_loads(load: dict, count: dict, F: ClassFlow, I: int, O: int, j: int, ks: list[int], M: int) -> None:
+    """Add the class's share of batch j to its KV load, its dual-feasible loads (all, decodes, prefills)
+    and its decode and prefill counts."""
+    for t in range(O):
+        gen_t = _generating(F, t, j)
+        count["dec"].append(F.XD[t][j])
+        count["pre"] += [F.EC[t][j], F.XP[t][j]]
+        w_gen, w_hold = I + t, I + t - 1
+        load["mem"] = load["mem"] + w_gen * gen_t + (w_hold * F.H[t][j] if t else 0)
+        for k in ks:                      # u_k(w/M)·k(k+1) is an integer: exact rows on every backend
+            den = k * (k + 1)
+            fg = int(dff_value(k, w_gen, M) * den)
+            fh = int(dff_value(k, w_hold, M) * den) if t else 0
+            load["all"][k] = load["all"][k] + fg * gen_t + fh * F.H[t][j]
+            load["dec"][k] = load["dec"][k] + fg * F.XD[t][j]
+            load["pre"][k] = load["pre"][k] + fg * (F.EC[t][j] + F.XP[t][j])
+
+
+def _link_states(fm: Formulation, cls: list[int], F: ClassFlow, O: int) -> None:
+    """At every state s, the class's requests decoding, done and their tokens generated match the node counts."""
+    m, v = fm.model, fm.v
+    for s in range(fm.horizon + 1):
+        m.add(_sum(v.D[i][s] for i in cls) == _sum(F.R[t][s] for t in range(1, O)), "flow-link")
+        m.add(_sum(v.F[i][s] for i in cls) == F.done[s], "flow-link")
+        m.add(_sum(v.G[i][s] for i in cls) == _sum(t * (F.R[t][s] + F.W[t][s]) for t in range(O)) + O * F.done[s],
+              "flow-link")
+
+
+def _add_batch_rows(fm: Formulation, loads: list[dict], counts: list[dict], ks: list[int]) -> None:
+    """Per batch: KV load <= M, decodes and prefills at most the requests that fit, and the dual-feasible cuts."""
+    m, v, M = fm.model, fm.v, fm.limits.M
     I_min = min(v.I)
     num_gen = max(1, M // I_min)                 # requests generating in one batch hold >= I_min each
     num_dec = max(1, M // (I_min + 1))           # decoding requests hold >= I_min + 1 each
     if fm.limits.R_max is not None:
         num_gen, num_dec = min(num_gen, fm.limits.R_max), min(num_dec, fm.limits.R_max)
-    for j in range(J):
+    for j in range(fm.horizon):
         m.add(loads[j]["mem"] <= M * v.y[j], "flow-memory")
         m.add(_sum(counts[j]["dec"]) <= num_dec * v.yd[j], "flow-count")
         m.add(_sum(counts[j]["pre"]) <= num_gen * v.yp[j], "flow-count")
@@ -129,7 +162,10 @@ def _dff_family(fm: Formulation, count: int) -> list[int]:
 
 
 def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictable: bool) -> ClassFlow:
-    """Node counts R_t, W_t, done at every state and arc counts on every batch, with conservation."""
+    """Node counts R_t, W_t, done at every state and arc counts on every batch, with conservation.
+
+    Its branches are the arc families and their boundary levels (t = 0, t = O - 1, eviction allowed or
+    not), one conservation row per node, read top to bottom."""
     m, J = fm.model, fm.horizon
     name = f"cls{cls[0]}"
     # nodes: state s = start of batch s
@@ -167,7 +203,9 @@ def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictabl
 
 
 def assign_flows(fm: Formulation, x, gen, D, fin, e, g) -> None:
-    """Fill the flow variables of ``x`` from per-request arrays (state [B, J+1], batch [B, J])."""
+    """Fill the flow variables of ``x`` from per-request arrays (state [B, J+1], batch [B, J]).
+
+    Its branches classify each request's move in each batch into one arc, as :func:`class_flow` defines them."""
     J = fm.horizon
     for cls, F in zip(num_identical_classes(fm.workload), fm.v.flows or []):
         for grid in (F.R, F.W) + tuple(getattr(F, a) for a in _FLOW_NAMES):

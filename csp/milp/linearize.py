@@ -48,6 +48,7 @@ def to_milp(model: Model, *, indicators: str = "big-m", products: str = "exact",
 
     indicators: "big-m" (convert) or "native" (keep). products: "exact",
     "mccormick" or "native" (keep). The original variables keep their indices.
+    Its branches are the kinds of row (linear, indicator, product) times the options, one per case.
     """
     if indicators not in ("big-m", "native") or products not in ("exact", "mccormick", "native"):
         raise ValueError(f"to_milp: bad options indicators={indicators!r}, products={products!r}")
@@ -116,6 +117,9 @@ def _mccormick(out: Model, z: int, x: int, y: int, family: str, exact_bool: bool
 
 
 def _exact_product(out: Model, z: int, x: int, y: int, family: str, sense: str) -> None:
+    """Rows making z = x·y (``sense`` "eq") or z >= x·y ("ge") exact: McCormick if a factor is boolean,
+    secants for a small square, else the smaller-range factor in binary with one McCormick part per bit
+    (helpers hinted from the factors). Its branches are these three cases."""
     if out.is_bool(x) or out.is_bool(y):
         bx, other = (x, y) if out.is_bool(x) else (y, x)
         _mccormick(out, z, bx, other, family, exact_bool=True, sense=sense)

@@ -253,7 +253,9 @@ class Model:
 
     # --- evaluation --------------------------------------------------------------
     def evaluate(self, values: np.ndarray, tol: float = 1e-6) -> list[str]:
-        """Names of the violated bounds/rows/products under ``values`` (empty = feasible)."""
+        """Names of the violated bounds/rows/products under ``values`` (empty = feasible).
+
+        Its branches are the kinds of constraint (bounds, integrality, rows by sense, indicators, products)."""
         v = np.asarray(values, dtype=np.float64)
         bad: list[str] = []
         lo, hi = np.asarray(self.lb), np.asarray(self.ub)

@@ -288,6 +288,7 @@ def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
 
     ``upper_s`` bounds every time variable (a valid horizon end for this instance). A tagged
     ``name`` (``ttft:short``) averages over the requests of the tag only.
+    Its branches are the objectives, one short case each, read top to bottom.
     """
     name, tag = split_objective(name, fm.workload)
     m, v, J = fm.model, fm.v, fm.horizon

@@ -182,6 +182,7 @@ def add_dff_cuts(fm: Formulation) -> None:
     u_k(k/M) = Σ_l Δ_l·[k >= θ_l]; each indicator z_ijl is only bounded below:
     z >= g_ij + [G_is >= θ_l - I_i] - 1 (the generated token's KV reaches θ_l) and
     z >= D_is - e_ij + [G_is >= θ_l - I_i + 1] - 1 (held decode KV reaches θ_l).
+    Its branches are the three row families and which thresholds apply to a request.
     """
     m, v, J, M = fm.model, fm.v, fm.horizon, fm.limits.M
     if v.gam is None:

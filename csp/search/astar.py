@@ -81,6 +81,8 @@ def exact_search(workload: Workload, limits: Limits, cost: CostModel, policy: Po
     lp_budget_s: time for the trajectory LP's Lagrangian tables (:mod:`.trajectorybound`), which raise the
     bound of every state by pricing residency (0: none; needs OR-Tools). refine_lp: spend what the
     trajectory LPs leave of that time on configuration LPs (:mod:`.configlp`; needs HiGHS).
+    Long because it is the A* loop itself (set-up, goal, budget, expansion), kept in one piece as the hot
+    loop of the exact search.
     """
     ok, why = is_applicable(workload, limits, cost, policy)
     if not ok:
@@ -220,7 +222,10 @@ def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | No
 
 
 def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
-    """(next state, batch time, move) of :func:`rollout`'s rule from ``state``, or None if nothing can run."""
+    """(next state, batch time, move) of :func:`rollout`'s rule from ``state``, or None if nothing can run.
+
+    Its branches are the rule's three steps in order (decode every resident, evict until they fit, fill
+    the waiting), inlined because rollouts run it once per batch of every scored state."""
     order = sp.memo.get("rule order")
     if order is None:
         slots = sp.slots

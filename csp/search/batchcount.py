@@ -64,6 +64,7 @@ def min_batch_count(workload: Workload, limits: Limits, upper: int | None = None
     upper: a known feasible batch count (e.g. a heuristic schedule's length), used to prune.
     Stops when a layer holds the finished state (exact), when the time budget or ``max_states``
     is exceeded (the anytime bound), or when every state is pruned (then ``upper + 1`` is a bound).
+    Its branches are those stopping rules of one breadth-first loop.
     """
     if not is_applicable(limits):
         raise ValueError(f"min_batch_count needs M <= C and M <= P (chunk merging), got M={limits.M}, "
@@ -176,6 +177,7 @@ def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None
     (the second is Hall's condition for matching item-t+1 slots to earlier item-t slots, first in
     first out). Item t can only run in batches t .. Y - O + t (t items before it, O - 1 - t after).
     Implied rows that help the solver refute: at most ⌊M/θ⌋ items of at least θ KV in a batch.
+    Its branches are the index ranges of these rows.
     """
     m = Model(name=f"packing-Y{Y}")
     R_max = R_max or sum(n for _, _, n in classes)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 
@@ -49,6 +50,33 @@ from infermax.types import Batch, Limits, Schedule, Workload
 from .batchtable import RemainingBatches
 from ..milp.formulation import num_identical_classes
 from ..milp.policy import Policy
+
+
+class Slot(NamedTuple):
+    """One index of a state: the requests of one class at one level, waiting or resident."""
+
+    class_index: int
+    is_resident: bool
+    level: int              # tokens generated so far
+    item_kv: int            # I + level: the tokens of a (re)fill at this level, the KV a decode here reads
+    held_kv: int            # KV an idle request here holds: I + level - 1 if resident, else 0
+
+
+class Move(NamedTuple):
+    """One batch as counts: ``taken`` (slot, count) pairs run an item each, ``evicted`` (slot, count) pairs
+    of idle residents are evicted; ``is_converted``: every decode runs as an evict-and-refill."""
+
+    taken: tuple
+    evicted: tuple
+    is_converted: bool
+
+
+class Successor(NamedTuple):
+    """A batch from a state: the state after it, its time (s) and the batch itself."""
+
+    state: tuple
+    time_s: float
+    move: Move
 
 
 def classes_of(workload: Workload) -> list[tuple[int, int, list[int]]]:
@@ -62,12 +90,18 @@ class ClassStateSpace:
 
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, min_batches: int,
                  rest: "RemainingBatches | None" = None):
+        """Per-instance constants: cost coefficients, limits, the flat slot layout and where each slot's
+        requests go, the start and goal states. Long only in its tables, each one line, read top to bottom."""
         k = linear_coefficients(cost, "the class-state search")
         self.lines = tuple(k.nonattn_lines)
         # f(N) for the token counts batches have (at most min(C, M): a batch's tokens never exceed its KV)
         self._f = [max(a + b * n for a, b in self.lines) for n in range(min(limits.C, limits.M, 1 << 16) + 1)]
-        self.db, self.dk, self.pb, self.pa = k.decode_bias_s, k.decode_kv_s, k.prefill_bias_s, k.prefill_attn_s
-        self.pt, self.rq = k.prefill_token_s, k.request_s
+        # the linear cost model's coefficients (s): per decode batch, per decode KV token read, per prefill
+        # batch, per (query, key) pair of prefill attention, per prefill token, per request in a batch
+        self.decode_bias_s, self.decode_kv_s = k.decode_bias_s, k.decode_kv_s
+        self.prefill_bias_s, self.prefill_attn_s, self.prefill_token_s = (k.prefill_bias_s, k.prefill_attn_s,
+                                                                          k.prefill_token_s)
+        self.request_s = k.request_s
         self.M, self.C, self.P = limits.M, limits.C, limits.P
         self.R_max = limits.R_max if limits.R_max is not None else len(workload)
         self.evict, self.hybrid = policy.allow_eviction, policy.hybrid
@@ -75,12 +109,12 @@ class ClassStateSpace:
         self.rest = rest
         self.classes = classes_of(workload)
         # flat layout: class c occupies [base_c, base_c + 2 O_c): W_0..W_{O-1}, then R_0..R_{O-1} (R_0 unused)
-        self.slots = []                     # per flat index: (class, is_resident, level, item KV, held KV)
+        self.slots: list[Slot] = []
         self.base = []
         for c, (I, O, _) in enumerate(self.classes):
             self.base.append(len(self.slots))
-            self.slots += [(c, False, t, I + t, 0) for t in range(O)]
-            self.slots += [(c, True, t, I + t, I + t - 1) for t in range(O)]
+            self.slots += [Slot(c, False, t, I + t, 0) for t in range(O)]
+            self.slots += [Slot(c, True, t, I + t, I + t - 1) for t in range(O)]
         # where a slot's requests go: after running an item (-1 when that was their last), when evicted
         self.next_slot = [self.base[c] + self.classes[c][1] + t + 1 if t + 1 < self.classes[c][1] else -1
                           for c, _, t, _, _ in self.slots]
@@ -126,9 +160,9 @@ class ClassStateSpace:
         out = [(0, 0, 0.0)] * (O + 1)
         for t in range(O - 1, -1, -1):
             L = I + t
-            item = self.dk * L + self.rq
+            item = self.decode_kv_s * L + self.request_s
             if self.evict and t > 0:      # a resident item may be refilled instead: never cheaper (is_applicable)
-                item = min(item, self.pa * self.fill_work(L) + self.pt * L + b_min * (L - 1) + self.rq)
+                item = min(item, self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + b_min * (L - 1) + self.request_s)
             kv, tok, other = out[t + 1]
             out[t] = (kv + L, tok + 1, other + item)
         return out
@@ -169,9 +203,9 @@ class ClassStateSpace:
             return 0.0
         if y < self.min_batches - spent:
             y = self.min_batches - spent
-        db, pb = self.db, self.pb
-        bias = min(db * max(need_decode, y - fills) + pb * fills,          # as many decode batches
-                   db * need_decode + pb * max(fills, y - need_decode))   # as many prefill batches
+        decode_s, prefill_s = self.decode_bias_s, self.prefill_bias_s
+        bias = min(decode_s * max(need_decode, y - fills) + prefill_s * fills,          # as many decode batches
+                   decode_s * need_decode + prefill_s * max(fills, y - need_decode))   # as many prefill batches
         line = -math.inf
         for a, b in self.lines:
             if a * y + b * tok > line:
@@ -202,7 +236,7 @@ class ClassStateSpace:
                     kv += w * (L + kv_t)
                     tok += w * (L + tok_t)
                     items += w * (O - t)
-                    other += w * (self.pa * self.fill_work(L) + self.pt * L + self.rq + other_t)
+                    other += w * (self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + self.request_s + other_t)
                     fill_kv += w * L
                     longest_decode = max(longest_decode, O - t - 1)
                 if r:
@@ -269,8 +303,9 @@ class ClassStateSpace:
             out += [O] * left
         return tuple(out)
 
-    def successors(self, s: tuple, greedy: bool = False, budget: float = math.inf, spent: int = 0):
-        """(next state, batch time, move) for every batch allowed from ``s`` (lazy, minimal evictions).
+    def successors(self, s: tuple, greedy: bool = False, budget: float = math.inf,
+                   spent: int = 0) -> list[Successor]:
+        """Every batch allowed from ``s`` (lazy, minimal evictions), as :class:`Successor` s.
 
         greedy: only batches to which no further item fits — with whatever evictions that needs, or
         without any (a heuristic cut for :func:`beam_search`, not exact).
@@ -278,138 +313,203 @@ class ClassStateSpace:
         it. The items a batch runs fix the levels after it; of its eviction variants, the one evicting
         nobody has the least bound (an evicted request's refill costs at least its decode, as
         :func:`.search.is_applicable` checks, and adds to the fills), so that one is tested for all.
+        The order is that of :class:`_BatchEnumeration` (A* breaks ties by it).
         """
-        slots, M, P, R_max = self.slots, self.M, self.P, self.R_max
         needs = self._needs(s, spent, budget) if budget < math.inf and self.rest is not None else None
         if needs == []:
             return []
-        level_index = self.level_index
-        groups = [q for q, n in enumerate(s) if n and not (slots[q][1] and slots[q][2] == 0)]
+        return _BatchEnumeration(self, s, greedy, budget, spent, needs).run(needs)
+
+    def price(self, items: int, mem: int, fill_tokens: int, num_decodes: int, fill_work: float,
+              decode_work: float) -> tuple[float, bool] | None:
+        """(time, is_converted) of the cheaper way to run a batch, or None if neither is allowed.
+
+        The batch runs ``items`` items using ``mem`` KV: ``fill_tokens`` tokens of (re)fills of causal
+        work ``fill_work`` and ``num_decodes`` decodes (whose refills would have work ``decode_work``).
+        Either plainly (hybrid, or only fills or only decodes, within C), or with every decode turned
+        into an evict-and-refill (eviction allowed, within C and P); ties go to the plain batch.
+        """
+        decode_kv = mem - fill_tokens
+        tokens = num_decodes + fill_tokens
+        plain = convert = math.inf
+        if (self.hybrid or not (num_decodes and fill_tokens)) and tokens <= self.C:
+            plain = self.batch_time(tokens, items, num_decodes, decode_kv, items - num_decodes, fill_tokens,
+                                    fill_work)
+        if self.evict and num_decodes and fill_tokens + decode_kv <= min(self.C, self.P):
+            convert = self.batch_time(fill_tokens + decode_kv, items, 0, 0, items, fill_tokens + decode_kv,
+                                      fill_work + decode_work)
+        if plain == convert == math.inf:
+            return None
+        return min(plain, convert), convert < plain
+
+    def batch_time(self, tokens: int, items: int, num_decodes: int, decode_kv: int, num_fills: int,
+                   fill_tokens: int, fill_work: float) -> float:
+        """The linear cost model's time (s) of a batch of ``tokens`` tokens running ``items`` items:
+        ``num_decodes`` decodes reading ``decode_kv`` KV, ``num_fills`` (re)fills of ``fill_tokens`` tokens
+        and causal work ``fill_work``."""
+        f = self._f[tokens] if tokens < len(self._f) else max(a + b * tokens for a, b in self.lines)
+        t = f + self.request_s * items
+        if num_decodes:
+            t += self.decode_bias_s + self.decode_kv_s * decode_kv
+        if num_fills:
+            t += self.prefill_bias_s + self.prefill_attn_s * fill_work + self.prefill_token_s * fill_tokens
+        return t
+
+
+class _BatchEnumeration:
+    """The batches from one state ``s``, for :meth:`ClassStateSpace.successors`.
+
+    The groups are the nonempty slots of ``s`` that can run an item (not resident at level 0). A
+    depth-first walk picks, group by group, how many of its requests run (:meth:`choose`, counts in
+    ``take``); every complete choice that runs something is priced and kept (:meth:`close`), with the
+    minimal eviction sets it needs if its idle residents do not fit (:func:`_minimal_evictions`).
+    Successors come out in the walk's order: groups in slot order (by level when there are needs),
+    counts ascending, then eviction sets in :func:`_minimal_evictions`' order.
+
+    With needs (what a batch must run to leave one batch fewer, :meth:`ClassStateSpace._needs`), the
+    groups of one level sit side by side and a choice is cut at the last group of a level once no need
+    is met by the counts of that level.
+    """
+
+    __slots__ = ("space", "s", "greedy", "budget", "spent", "groups", "group_slots", "counts", "group_fill_work",
+                 "num_groups", "take", "residents_all", "M", "P", "R_max", "level_of", "is_last", "same_level",
+                 "out")
+
+    def __init__(self, space: ClassStateSpace, s: tuple, greedy: bool, budget: float, spent: int,
+                 needs: list | None):
+        slots, level_index = space.slots, space.level_index
+        self.space, self.s, self.greedy, self.budget, self.spent = space, s, greedy, budget, spent
+        self.M, self.P, self.R_max = space.M, space.P, space.R_max
+        groups = [q for q, n in enumerate(s) if n and not (slots[q].is_resident and slots[q].level == 0)]
         if needs is not None:       # a level's groups side by side: its needs are checked, and cut, early
             groups.sort(key=level_index.__getitem__)
-        G = len(groups)
-        take = [0] * G
-        out: list = []
-        held_all = sum(slots[q][4] * s[q] for q in groups)           # idle residents' KV if nobody runs
-        residents_all = sum(s[q] for q in groups if slots[q][1])
-        fill_work = self.slot_fill_work
-        if needs is not None:   # needs are checked at the last group of a level, with the others of that level
-            level_of = [level_index[q] for q in groups]
-            is_last = [level_of[g] not in level_of[g + 1:] for g in range(G)]
-            same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(G)]
+        self.groups = groups
+        self.group_slots = [slots[q] for q in groups]
+        self.counts = [s[q] for q in groups]
+        self.group_fill_work = [space.slot_fill_work[q] for q in groups]
+        self.num_groups = len(groups)
+        self.take = [0] * len(groups)                          # how many of each group the batch runs
+        self.residents_all = sum(s[q] for q in groups if slots[q].is_resident)
+        if needs is not None:
+            self._index_levels([level_index[q] for q in groups])
+        self.out: list[Successor] = []
 
-        def choose(g: int, mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
-                   dec_work: float, alive: list | None) -> None:
-            """Pick how many of group g run; mem: KV of running items, held: KV of residents not running;
-            dec_n: decodes; work, dec_work: the fill work of the fills, of the decodes (if refilled);
-            alive: the needs (dicts level -> count) the levels decided so far meet (None: no needs)."""
-            if g == G:
-                if items:
-                    close(mem, held, items, fill_tok, dec_n, work, dec_work)
-                return
-            q = groups[g]
-            _, resident, _, L, h = slots[q]
-            fw = fill_work[q]
-            check = alive is not None and is_last[g]
-            if check:
-                lvl = level_of[g]
-                before = sum(take[x] for x in same_level[g])
-            for d in range(s[q] + 1):
-                if d:
-                    mem += L
-                    if mem > M or (not resident and fill_tok + d * L > P):
-                        break
-                    if resident:
-                        held -= h
-                take[g] = d
-                rest = alive
-                if check:
-                    rest = [a for a in alive if a.get(lvl, 0) <= before + d]
-                    if not rest:
-                        continue                     # more of this level may meet one
+    def _index_levels(self, level_of: list[int]) -> None:
+        """Where needs are checked: at the last group of a level, counting the others of that level."""
+        self.level_of = level_of
+        self.is_last = [level_of[g] not in level_of[g + 1:] for g in range(len(level_of))]
+        self.same_level = [[h for h in range(g) if level_of[h] == level_of[g]] for g in range(len(level_of))]
+
+    def run(self, needs: list | None) -> "list[Successor]":
+        """Walk every choice from the first group; the successors found, in order."""
+        held_all = sum(sl.held_kv * n for sl, n in zip(self.group_slots, self.counts))  # idle residents' KV
+        self.choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0, None if needs is None else [dict(a) for a in needs])
+        return self.out
+
+    def choose(self, g: int, mem: int, held: int, items: int, fill_tokens: int, num_decodes: int,
+               fill_work: float, decode_work: float, alive: list | None) -> None:
+        """Pick how many of group ``g`` run, then the next groups; the groups before ``g`` are chosen.
+
+        mem: KV of the items running so far (tokens); held: KV of the residents not running; items:
+        items running; fill_tokens, fill_work: tokens and causal work of the (re)fills; num_decodes,
+        decode_work: the decodes, and the causal work of their refills (if converted); alive: the needs
+        (dicts level -> count) the levels decided so far meet (None: no needs).
+        Its branches are the walk's cuts (KV, P, needs) and the two kinds of group, kept inline because
+        this is the innermost loop of the exact search.
+        """
+        if g == self.num_groups:
+            if items:
+                self.close(mem, held, items, fill_tokens, num_decodes, fill_work, decode_work)
+            return
+        _, resident, _, L, h = self.group_slots[g]
+        work_each = self.group_fill_work[g]
+        M, P, take = self.M, self.P, self.take
+        check = alive is not None and self.is_last[g]
+        if check:
+            level = self.level_of[g]
+            before = sum(take[x] for x in self.same_level[g])
+        for d in range(self.counts[g] + 1):
+            if d:
+                mem += L
+                if mem > M or (not resident and fill_tokens + d * L > P):
+                    break
                 if resident:
-                    choose(g + 1, mem, held, items + d, fill_tok, dec_n + d, work, dec_work + d * fw, rest)
-                else:
-                    choose(g + 1, mem, held, items + d, fill_tok + d * L, dec_n, work + d * fw, dec_work, rest)
-            take[g] = 0
+                    held -= h
+            take[g] = d
+            rest = alive
+            if check:
+                rest = [a for a in alive if a.get(level, 0) <= before + d]
+                if not rest:
+                    continue                     # more of this level may meet one
+            if resident:
+                self.choose(g + 1, mem, held, items + d, fill_tokens, num_decodes + d, fill_work,
+                            decode_work + d * work_each, rest)
+            else:
+                self.choose(g + 1, mem, held, items + d, fill_tokens + d * L, num_decodes, fill_work + d * work_each,
+                            decode_work, rest)
+        take[g] = 0
 
-        def close(mem: int, held: int, items: int, fill_tok: int, dec_n: int, work: float,
-                  dec_work: float) -> None:
-            if greedy and not is_full(mem, held, fill_tok):
-                return
-            running = items + residents_all - dec_n
-            fits = mem + held <= M and running <= R_max
-            if not (fits or self.evict):
-                return
-            # price the batch: plainly, or with every decode turned into an evict-and-refill
-            dec_kv = mem - fill_tok
-            tokens = dec_n + fill_tok
-            plain = convert = math.inf
-            if (self.hybrid or not (dec_n and fill_tok)) and tokens <= self.C:
-                plain = self.batch_time(tokens, items, dec_n, dec_kv, items - dec_n, fill_tok, work)
-            if self.evict and dec_n and fill_tok + dec_kv <= min(self.C, P):
-                convert = self.batch_time(fill_tok + dec_kv, items, 0, 0, items, fill_tok + dec_kv,
-                                          work + dec_work)
-            if plain == convert == math.inf:
-                return
-            dt = min(plain, convert)
-            taken = tuple(zip(groups, take))
-            base = self.advance_list(s, taken)
-            if budget < math.inf and not self._within(tuple(base), dt, spent, budget):
-                return
-            move = (taken, (), convert < plain)
-            if fits:
-                out.append((tuple(base), dt, move))
-                return
-            idle = [(q, s[q] - d) for q, d in zip(groups, take) if slots[q][1] and s[q] > d]
-            sets: list = []
-            evictions(idle, 0, M - mem, held, running, [], 10 ** 9, sets)
-            waiting_slot = self.waiting_slot
-            for evicted in sets:
-                ns = base.copy()
-                for q, e in evicted:
-                    ns[q] -= e
-                    ns[waiting_slot[q]] += e
-                out.append((tuple(ns), dt, (taken, evicted, move[2])))
+    def close(self, mem: int, held: int, items: int, fill_tokens: int, num_decodes: int, fill_work: float,
+              decode_work: float) -> None:
+        """Price the chosen batch (arguments as in :meth:`choose`) and keep it, with the evictions it needs."""
+        if self.greedy and not self.is_full(mem, held, fill_tokens):
+            return
+        space = self.space
+        running = items + self.residents_all - num_decodes
+        fits = mem + held <= self.M and running <= self.R_max
+        if not (fits or space.evict):
+            return
+        priced = space.price(items, mem, fill_tokens, num_decodes, fill_work, decode_work)
+        if priced is None:
+            return
+        dt, is_converted = priced
+        taken = tuple(zip(self.groups, self.take))
+        after = space.advance_list(self.s, taken)
+        if self.budget < math.inf and not space._within(tuple(after), dt, self.spent, self.budget):
+            return
+        if fits:
+            self.out.append(Successor(tuple(after), dt, Move(taken, (), is_converted)))
+            return
+        s, waiting_slot = self.s, space.waiting_slot
+        idle = [(q, s[q] - d) for q, d, sl in zip(self.groups, self.take, self.group_slots)
+                if sl.is_resident and s[q] > d]
+        evictions: list[tuple] = []
+        self.add_evictions(idle, 0, self.M - mem, held, running, [], 10 ** 9, evictions)
+        for evicted in evictions:
+            state = after.copy()
+            for q, e in evicted:
+                state[q] -= e
+                state[waiting_slot[q]] += e
+            self.out.append(Successor(tuple(state), dt, Move(taken, evicted, is_converted)))
 
-        def is_full(mem: int, held: int, fill_tok: int) -> bool:
-            fits = fits_kept = False
-            for q, d in zip(groups, take):
-                if d < s[q]:
-                    _, resident, _, L, h = slots[q]
-                    if resident or fill_tok + L <= P:
-                        fits = fits or mem + L <= M
-                        fits_kept = fits_kept or mem + held + L - (h if resident else 0) <= M
-            return not fits or (mem + held <= M and not fits_kept)
+    def is_full(self, mem: int, held: int, fill_tokens: int) -> bool:
+        """No further item fits the chosen batch — with evictions, or without any (for ``greedy``)."""
+        M = self.M
+        fits = fits_kept = False
+        for (_, resident, _, L, h), n, d in zip(self.group_slots, self.counts, self.take):
+            if d < n and (resident or fill_tokens + L <= self.P):
+                fits = fits or mem + L <= M
+                fits_kept = fits_kept or mem + held + L - (h if resident else 0) <= M
+        return not fits or (mem + held <= M and not fits_kept)
 
-        def evictions(idle, k: int, room: int, held: int, running: int, chosen: list, smallest: int,
+    def add_evictions(self, idle: list, k: int, room: int, held: int, running: int, chosen: list, smallest: int,
                       sets: list) -> None:
-            """Minimal eviction sets (appended to ``sets``): after them KV <= M and running <= R_max; without
-            any one, not."""
-            if held + smallest <= room and running + 1 <= R_max:
-                return                              # an evicted request could stay: not minimal, ever
-            if k == len(idle):
-                if held <= room and running <= R_max:
-                    sets.append(tuple(chosen))
-                return
-            q, n = idle[k]
-            h = slots[q][4]
-            for e in range(n + 1):
-                evictions(idle, k + 1, room, held - e * h, running - e, chosen + [(q, e)] if e else chosen,
-                          min(smallest, h) if e else smallest, sets)
-
-        choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0, None if needs is None else [dict(a) for a in needs])
-        return out
-
-    def batch_time(self, tokens: int, items: int, dec_n: int, dec_kv: int, fill_n: int, fill_tok: int,
-                   work: float) -> float:
-        f = self._f[tokens] if tokens < len(self._f) else max(a + b * tokens for a, b in self.lines)
-        t = f + self.rq * items
-        if dec_n:
-            t += self.db + self.dk * dec_kv
-        if fill_n:
-            t += self.pb + self.pa * work + self.pt * fill_tok
-        return t
+        """Append to ``sets`` the minimal eviction sets of the ``idle`` residents ((slot, count) pairs) from
+        the ``k``-th on, ``chosen`` being those of the earlier ones: after a set, the held KV fits ``room``
+        and the running requests R_max; without any one of its requests, not (``smallest``: the least KV
+        an evicted request of ``chosen`` holds). A set is a tuple of (slot, count evicted) pairs; sets
+        come out with fewer evicted from the earlier slots first."""
+        if held + smallest <= room and running + 1 <= self.R_max:
+            return                              # an evicted request could stay: not minimal, ever
+        if k == len(idle):
+            if held <= room and running <= self.R_max:
+                sets.append(tuple(chosen))
+            return
+        q, n = idle[k]
+        h = self.space.slots[q].held_kv
+        for e in range(n + 1):
+            self.add_evictions(idle, k + 1, room, held - e * h, running - e, chosen + [(q, e)] if e else chosen,
+                               min(smallest, h) if e else smallest, sets)
 
 
 def to_schedule(sp: ClassStateSpace, moves: list, workload: Workload) -> Schedule:

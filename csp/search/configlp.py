@@ -68,6 +68,8 @@ class ConfigLP(TrajectoryLP):
         self._build()
 
     def _build(self) -> None:
+        """The item types (run, refill, hold per slot) with their sizes, tokens and costs, and the master
+        LP's rows; its branches are the item kinds, written side by side as arrays."""
         sp, Y, M = self.sp, self.Y, self.sp.M
         S = len(self.L)
         # item types: run slot q (decode a resident, fill a waiting request) = q, refill resident q = S + q,
@@ -165,7 +167,10 @@ class ConfigLP(TrajectoryLP):
         none found there prices out; returns (bound, φ, V, converged) like the trajectory LP's.
 
         start: the (run, refill, stay) item prices of a solved trajectory LP for the same Y — the first
-        centre; the Lagrangian there is at least that LP's value, so the bound never starts below it."""
+        centre; the Lagrangian there is at least that LP's value, so the bound never starts below it.
+        Long because it is one column-generation loop (price, smooth, add columns, stop), whose steps share
+        the prices and the centre.
+        """
         best = (-math.inf, None, None)
         center = None
         converged = False
@@ -256,7 +261,9 @@ class ConfigLP(TrajectoryLP):
 
         By item count k: A_k[m] the best k items of m KV in all, R_k[m] the same holding a required type;
         A_k[m] = max_s A_(k-1)[m - s] + best(s), R_k[m] = max_s max(R_(k-1)[m - s] + best(s),
-        A_(k-1)[m - s] + best_required(s)), over the item sizes s (per size, only its best type counts)."""
+        A_(k-1)[m - s] + best_required(s)), over the item sizes s (per size, only its best type counts).
+        Long because the dynamic programme and the traceback of its multisets share their tables.
+        """
         Y, M, K = len(value), self.sp.M, self.count_cap
         sizes = np.unique(self.size[self.type_ok])
         by_size = [np.flatnonzero(self.type_ok & (self.size == z)) for z in sizes]

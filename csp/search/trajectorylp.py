@@ -90,7 +90,8 @@ class TrajectoryLP:
         # times in the LP are in milliseconds (GLOP copes badly with costs of 1e-9 s next to KV of 1e3)
         self.t_lines = [(a / _UNIT_S, b / _UNIT_S) for a, b in sp.lines]
         self.t_db, self.t_pb, self.t_dk, self.t_pa, self.t_pt, self.t_rq = (
-            x / _UNIT_S for x in (sp.db, sp.pb, sp.dk, sp.pa, sp.pt, sp.rq))
+            x / _UNIT_S for x in (sp.decode_bias_s, sp.prefill_bias_s, sp.decode_kv_s, sp.prefill_attn_s,
+                                  sp.prefill_token_s, sp.request_s))
 
     def _build(self) -> None:
         """Batch variables z, u, v, s, o and the rows of every batch; one convexity row per starting slot."""
