@@ -209,6 +209,12 @@ class Cluster:
         return base if self.plan.is_single_gpu else f"{base}@{self.plan.to_text()}"
 
     def cost_model(self) -> Any:
+        """The replica's batch-time model (:meth:`cost_model_name`), built once per cluster: fast SP prices
+        every gang's prefill with it, and building a scaled model reads and refits profiles."""
+        return self._cost_model
+
+    @cached_property
+    def _cost_model(self) -> Any:
         from infermax.costmodel import get_cost_model
         return get_cost_model(self.cost_model_name())
 
