@@ -126,7 +126,7 @@ class Dispatcher:
         queue = self.queue
         if not len(queue):
             return
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() - self.replicas.build_s       # (building a replica is not deciding)
         if self.pol.queue == "fifo" and len(self.replicas) == 1 and not self.roles.on_gang.any():
             sent = list(queue)        # one replica: every request goes there on arrival
             for i in sent:
@@ -201,7 +201,7 @@ class Dispatcher:
         reps.wake(r)
 
     def _decided(self, t0: float, sent: list[int]) -> None:
-        dt = time.perf_counter() - t0
+        dt = time.perf_counter() - self.replicas.build_s - t0
         self.decisions.append(dt)
         if sent:
             self.decision_of[sent] = dt

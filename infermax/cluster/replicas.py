@@ -9,7 +9,8 @@ A replica is built when the engine first touches it: at thousands of replicas mo
 never hold a request (the shortest-queue rule fills the lowest-indexed idle ones
 first), and each state and scheduler is sized to the whole workload. An untouched
 replica is indistinguishable from a built one that was never used (clock 0, no
-work), so building it late changes nothing. Replica 0 is built at once, so a local
+work), so building it late changes nothing — and the time it takes is the simulator's, not
+part of a dispatch decision's (``build_s``). Replica 0 is built at once, so a local
 scheduler that refuses the workload does so before the run; a scheduler given as an
 instance (shared by every replica, as before) builds them all at once.
 
@@ -22,6 +23,7 @@ ties in the order of pushing (SimPy's rule), so the run is deterministic.
 from __future__ import annotations
 
 import heapq
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -51,6 +53,7 @@ class Replicas:
         self._runners: list[ReplicaRunner | None] = [None] * R
         self._schedulers: list[Any] = [None] * R
         self.built: list[int] = []                  # indices of the built replicas, in order of building
+        self.build_s = 0.0                          # time spent building them (perf_counter seconds)
         self.held = np.zeros(R, dtype=bool)         # under a gang's control (in a gang step / colocated decode)
         self.in_heap = np.zeros(R, dtype=bool)
         self.events: list[list[tuple]] = [[] for _ in range(R)]
@@ -69,6 +72,7 @@ class Replicas:
         """Replica r's runner, built on first use."""
         runner = self._runners[r]
         if runner is None:
+            t0 = time.perf_counter()
             sched = self._get_scheduler(self._scheduler_spec)
             state = ServingState(self.workload, self.limits, self.cost, dispatched=True)
             state.serves = self._serves
@@ -76,6 +80,7 @@ class Replicas:
             runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), self.workload.ids, self.fast_forward)
             self._runners[r], self._schedulers[r] = runner, sched
             self.built.append(r)
+            self.build_s += time.perf_counter() - t0
         return runner
 
     def state(self, r: int) -> ServingState:

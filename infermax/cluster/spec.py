@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from infermax.costmodel.communication import DEFAULT_LATENCY_S, comm_model
 from infermax.costmodel.parallel import ParallelConfig, parallel_kv_capacity_tokens
 from infermax.costmodel.specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec
@@ -157,6 +159,13 @@ class Cluster:
     @property
     def num_replicas(self) -> int:
         return len(self.replicas)
+
+    @cached_property
+    def replica_nodes(self) -> np.ndarray:
+        """Per replica, its node (read-only)."""
+        out = np.array([r.node for r in self.replicas], dtype=np.int64)
+        out.setflags(write=False)
+        return out
 
     def to_spec_safe(self) -> str:
         return f"{self.gpu.name}:nodes={self.nodes},gpus_per_node={self.gpus_per_node},model={self.model.name}," \
