@@ -10,7 +10,8 @@ result, and is left out.
     python benchmarks/cluster_identity.py --write before.json [--cases tests,nb08,scale,bench]
     python benchmarks/cluster_identity.py --check before.json       # exit 1 and the differing parts if any
 
-Cases: ``tests`` (the runs of tests/cluster), ``nb08`` (notebook 08's SMALL mode: capacity, eight
+Cases: ``sim`` (the single-replica simulator, whose replica runner the cluster shares: a few
+workloads and schedulers, with and without fast-forward), ``tests`` (the runs of tests/cluster), ``nb08`` (notebook 08's SMALL mode: capacity, eight
 policies, the 8- and 16-GPU scalability runs), ``scale`` (benchmarks/cluster_bench.py ``--scale 256,1024``),
 ``bench`` (benchmarks/cluster_bench.py's defaults: the hour on 32 GPUs, FIFO and PecSched).
 """
@@ -25,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from infermax import Limits, Workload
+from infermax import Limits, Workload, simulate
 from infermax.cluster import Cluster, at_load, capacity_rps, simulate_cluster
 
 TIMED = ("scheduling_decision_p99_s", "decision_share_p99_short", "decision_share_p99_long")
@@ -54,6 +55,36 @@ def digest(result: Any) -> dict[str, str]:
     out["metrics"] = _sha(repr(sorted((k, v) for k, v in result.metrics.items() if k not in TIMED)).encode())
     out["by_tag"] = _sha(repr(sorted((t, sorted(m.items())) for t, m in result.by_tag.items())).encode())
     return out
+
+
+def sim_digest(result: Any) -> dict[str, str]:
+    """Part name -> digest of one simulator run: its schedule's JSON and its trace arrays."""
+    out = {"schedule": _sha(result.schedule.to_json().encode())}
+    out.update({f"trace.batches.{k}": _array(v) for k, v in result.trace.batches.items()})
+    out.update({f"trace.requests.{k}": _array(v) for k, v in result.trace.requests.items()})
+    return out
+
+
+class _Sim:
+    """A simulator run, digested as such."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args, self.kwargs = args, kwargs
+
+    def __call__(self) -> dict[str, str]:
+        return sim_digest(simulate(*self.args, **self.kwargs))
+
+
+def _sim() -> Iterator[tuple[str, Callable[[], Any]]]:
+    for spec, sched, lim in [("fixed:I=512,O=128,B=200,rate=4,seed=1", "vllm", "M=20000,C=4096"),
+                             ("fixed:I=512,O=128,B=300,rate=40,seed=2", "sarathi", "M=8000,C=512"),
+                             ("trace:splitwise_code,n=300", "vllm:watermark=0.01", "M=30000,C=8192,block=16"),
+                             ("fixed:I=64,O=32,B=150", "vllm-hy", "M=2000,C=1024"),
+                             ("fixed:I=300,O=300,B=200,rate=10,seed=4", "sarathi-ef", "M=20000,C=4096"),
+                             ("fixed:I=1024,O=1024,B=1024", "vllm", "M=100000,C=4096"),
+                             ("trace:splitwise_conv,n=500", "medha", "M=50000,C=4096")]:
+        for ff in (True, False):
+            yield f"sim/{spec}/{sched}/ff={ff}", _Sim(spec, sched, lim, fast_forward=ff)
 
 
 def _tests() -> Iterator[tuple[str, Callable[[], Any]]]:
@@ -116,7 +147,7 @@ def _bench() -> Iterator[tuple[str, Callable[[], Any]]]:
         yield f"bench/{p}", lambda p=p: simulate_cluster(w, c, p, "sarathi")
 
 
-CASES = {"tests": _tests, "nb08": _nb08, "scale": _scale, "bench": _bench}
+CASES = {"sim": _sim, "tests": _tests, "nb08": _nb08, "scale": _scale, "bench": _bench}
 
 
 def main() -> None:
@@ -131,7 +162,8 @@ def main() -> None:
     for group in args.cases.split(","):
         for name, run in CASES[group.strip()]():
             t0 = time.process_time()
-            new[name] = digest(run())
+            out = run()
+            new[name] = out if isinstance(run, _Sim) else digest(out)
             cpu = time.process_time() - t0
             if name in old:
                 diff = [k for k in sorted(set(old[name]) | set(new[name])) if old[name].get(k) != new[name].get(k)]

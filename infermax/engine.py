@@ -189,20 +189,24 @@ class ReplicaRunner:
                 self._decodes(run, steps)
         return True
 
-    def _decodes(self, run: np.ndarray, steps: int) -> int:
-        """Apply and record up to ``steps`` promised decode batches of ``run`` (fewer if the next arrival
-        comes first: the rest is remembered for :meth:`step`). The batches applied."""
+    def _decodes(self, run: np.ndarray, steps: int) -> bool:
+        """Apply and record up to ``steps`` promised decode batches of ``run``. When the horizon cut them
+        short, the rest is remembered for :meth:`step`; when a request arrived, the promise is void.
+        Whether the promise still holds after these batches."""
         state, ids, done = self.state, self.ids, 0
+        pending = state.num_pending
         for seg in state.apply_decode_run(run, steps):
             tokens = self._decode_tokens(seg.idx.size)
             self.out.add(Batch.trusted(ids[seg.idx], tokens, _NO_IDS, 0.0), seg.num_batches)
             self.recorder.add_decode_segment(seg)
             done += seg.num_batches
+        if state.num_pending != pending:
+            return False                 # an arrival was admitted: the scheduler must look again
         if done < steps:
             left = run[state.status[run] != DONE]
             if left.size:
                 self._cut = (left, steps - done, self._stamp())
-        return done
+        return True
 
     def _resume(self, run: np.ndarray, steps: int) -> None:
         """Continue a cut decode run. Its next batch runs whatever comes next, as a planned batch would
@@ -212,12 +216,11 @@ class ReplicaRunner:
         if nxt is not None and nxt <= state.clock_s:
             horizon, state.horizon_s = state.horizon_s, None     # (own arrivals are all later than the clock)
             try:
-                self._decodes(run, 1)
+                holds = self._decodes(run, 1)
             finally:
                 state.horizon_s = horizon
-            self._cut = None
             run, steps = run[state.status[run] != DONE], steps - 1
-            if not (steps and run.size):
+            if not (holds and steps and run.size):
                 return
         self._decodes(run, steps)
 
