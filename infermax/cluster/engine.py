@@ -80,6 +80,8 @@ class ClusterEngine:
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)
         self.dispatcher = Dispatcher(workload, cluster, pol, roles, self.replicas, self.loads, self.gangs)
+        if roles.on_gang.any():
+            cluster.cost_model()           # built once, before the run: fast SP prices every gang with it
         self.options = {"sp_replicas": roles.sp_replicas, "colocate_tokens": colocate_tokens,
                         "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward}
         self._next_arrival = math.inf      # the next arrival not yet in the global queue
