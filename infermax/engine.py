@@ -14,7 +14,7 @@ import numpy as np
 
 from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
-from .state import WAITING, ServingState
+from .state import DONE, WAITING, ServingState
 from .trace import Trace, TraceRecorder
 from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
@@ -138,6 +138,11 @@ class ReplicaRunner:
 
     The simulator drives one runner; the cluster engine (infermax.cluster) drives one per
     replica through the same :meth:`step`, so the two share every line of batch construction.
+
+    A fast-forwarded decode run that the next arrival (or the cluster's ``horizon_s``) cut short
+    is remembered; if nothing touched the state since, the next :meth:`step` continues it
+    instead of asking the scheduler again — the scheduler promised those batches
+    (``Scheduler.decode_run``), so they are the batches it would plan, bit for bit.
     """
 
     def __init__(self, state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter",
@@ -146,6 +151,7 @@ class ReplicaRunner:
         self.fast_forward = fast_forward
         self.not_before = 0.0
         self._ones = np.ones(0, dtype=np.int64)
+        self._cut: tuple[np.ndarray, int, tuple] | None = None   # (requests, batches left, state stamp)
 
     def _decode_tokens(self, n: int) -> np.ndarray:
         """The tokens of a decode batch of ``n`` requests: ``n`` ones, read-only, sliced from one array."""
@@ -160,6 +166,11 @@ class ReplicaRunner:
         ``extra``: work of the cluster layer riding in this batch (``ServingState.apply``); such a
         batch is never fast-forwarded."""
         state, sched, ids = self.state, self.sched, self.ids
+        if self._cut is not None:
+            (run, steps, stamp), self._cut = self._cut, None
+            if extra is None and self.not_before == 0.0 and stamp == self._stamp():
+                self._resume(run, steps)
+                return True
         plan = sched.next_batch(state)
         if plan.idx.size == 0:
             if plan.evict.size:
@@ -175,11 +186,48 @@ class ReplicaRunner:
         if self.fast_forward and extra is None:
             run, steps = sched.decode_run(state, plan)
             if steps > 0:
-                for seg in state.apply_decode_run(run, steps):
-                    tokens = self._decode_tokens(seg.idx.size)
-                    self.out.add(Batch.trusted(ids[seg.idx], tokens, _NO_IDS, 0.0), seg.num_batches)
-                    self.recorder.add_decode_segment(seg)
+                self._decodes(run, steps)
         return True
+
+    def _decodes(self, run: np.ndarray, steps: int) -> bool:
+        """Apply and record up to ``steps`` promised decode batches of ``run``. When the horizon cut them
+        short, the rest is remembered for :meth:`step`; when a request arrived, the promise is void.
+        Whether the promise still holds after these batches."""
+        state, ids, done = self.state, self.ids, 0
+        pending = state.num_pending
+        for seg in state.apply_decode_run(run, steps):
+            tokens = self._decode_tokens(seg.idx.size)
+            self.out.add(Batch.trusted(ids[seg.idx], tokens, _NO_IDS, 0.0), seg.num_batches)
+            self.recorder.add_decode_segment(seg)
+            done += seg.num_batches
+        if state.num_pending != pending:
+            return False                 # an arrival was admitted: the scheduler must look again
+        if done < steps:
+            left = run[state.status[run] != DONE]
+            if left.size:
+                self._cut = (left, steps - done, self._stamp())
+        return True
+
+    def _resume(self, run: np.ndarray, steps: int) -> None:
+        """Continue a cut decode run. Its next batch runs whatever comes next, as a planned batch would
+        (``apply`` does not look ahead); the ones after it stop at the next arrival, as ever."""
+        state = self.state
+        nxt = state.next_arrival_s
+        if nxt is not None and nxt <= state.clock_s:
+            horizon, state.horizon_s = state.horizon_s, None     # (own arrivals are all later than the clock)
+            try:
+                holds = self._decodes(run, 1)
+            finally:
+                state.horizon_s = horizon
+            run, steps = run[state.status[run] != DONE], steps - 1
+            if not (holds and steps and run.size):
+                return
+        self._decodes(run, steps)
+
+    def _stamp(self) -> tuple:
+        """What a cut run's promise rests on: no batch, status change, dispatch, clock move or KV hold since."""
+        st = self.state
+        return st.num_batches, st.version, st.num_pending, st.clock_s, st.external_kv
 
     def wait_until(self, time_s: float) -> None:
         """Idle until ``time_s``; the next batch records it as ``not_before_s``."""

@@ -134,6 +134,10 @@ class ServingState:
         self._stop: np.ndarray | None = None         # per request: the gen at which it leaves this replica
         self._received: dict[int, tuple[int, int]] = {}
         self.serves: np.ndarray | None = None        # mask of the requests that may reach this replica (None: all)
+        # the work left of the requests queued here and not finished (the cluster's local queue length):
+        # Σ max(inp - m, 0) and Σ (O - gen), kept by every transition instead of summed when asked
+        self.prefill_tokens_left = int(workload.input_lens.sum()) if not dispatched else 0
+        self.decode_tokens_left = int(workload.output_lens.sum()) if not dispatched else 0
         self.admit_arrivals()
 
     # --- queries --------------------------------------------------------------
@@ -153,6 +157,21 @@ class ServingState:
         if self.horizon_s is None:
             return own
         return self.horizon_s if own is None else min(own, self.horizon_s)
+
+    @property
+    def num_pending(self) -> int:
+        """Requests dispatched (or arriving) but not yet admitted."""
+        return self._num_queued - self._next_arrival
+
+    @property
+    def num_waiting(self) -> int:
+        """Admitted, unfinished requests that hold no KV (the WAITING part of :attr:`active`)."""
+        return self._next_arrival - self.num_done - self.num_running
+
+    @property
+    def hands_off(self) -> bool:
+        """Some request leaves this replica after its first token (:meth:`hand_off`)."""
+        return self._stop is not None
 
     @property
     def arrival_order(self) -> np.ndarray:
@@ -233,6 +252,8 @@ class ServingState:
             return
         kv, gen = got
         lim = self.limits
+        left = int(self.inp[i]) - int(self.m[i])    # (it holds no KV yet)
+        self.decode_tokens_left -= gen - int(self.gen[i])
         self.gen[i] = gen
         fits = (self.kv_used + self.external_kv + kv <= lim.M and self.num_running < lim.max_running
                 and (self._block == 1 or self.blocks_used + int(lim.kv_blocks(kv)) + self._external_blocks()
@@ -248,6 +269,7 @@ class ServingState:
             self.inp[i] = kv + 1
             self.num_evictions[i] += 1
             self.refill_tokens[i] += kv
+        self.prefill_tokens_left += max(int(self.inp[i]) - int(self.m[i]), 0) - left
 
     def _external_blocks(self) -> int:
         """Blocks of the KV held for work scheduled elsewhere (rounded on its own, as ``apply`` counts it)."""
@@ -265,6 +287,8 @@ class ServingState:
         self._admit_s[i] = time_s
         self._arrival_order[k] = i
         self._num_queued = k + 1
+        self.prefill_tokens_left += max(int(self.inp[i]) - int(self.m[i]), 0)
+        self.decode_tokens_left += int(self.output_lens[i]) - int(self.gen[i])
         if time_s <= self.clock_s:
             self.admit_arrivals()
 
@@ -317,7 +341,9 @@ class ServingState:
             status[evict] = WAITING
             self.num_evictions[evict] += 1
             self.refill_tokens[evict] += m_ev
-            self.kv_used -= int(m_ev.sum())
+            freed = int(m_ev.sum())
+            self.kv_used -= freed
+            self.prefill_tokens_left += freed + int(np.count_nonzero(dec))   # all of it again (+1: a refill)
             if self._block > 1:
                 self.blocks_used -= int(self.limits.kv_blocks(m_ev).sum())
             self.num_running -= num_ev
@@ -411,12 +437,15 @@ class ServingState:
             if first.size:
                 self.first_token_s[first] = end
         self._last_batch[idx] = j
+        self.prefill_tokens_left -= num_prefill_tokens
+        self.decode_tokens_left -= int(g_idx.size)
         if self._stop is None:
             fin = g_idx[g == self.output_lens[g_idx]]
         else:
             fin = g_idx[g == self._stop[g_idx]]
             if fin.size:
                 self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
+                self.decode_tokens_left -= int((self.output_lens[fin] - gen[fin]).sum())   # left elsewhere
         self.kv_used = kv
         self.blocks_used = blocks
         self.num_running = running
@@ -510,6 +539,7 @@ class ServingState:
             self.blocks_used = blocks
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
+        self.decode_tokens_left -= n * num_steps
         self._last_batch[idx] = j + num_steps - 1
         self.kv_used = kv[-1]
         self.clock_s = starts[num_steps]

@@ -114,21 +114,32 @@ class TraceRecorder:
             cols[2 + k].append(rec[:, k].copy())
         self._starts, self._durations, self._records = [], [], []
 
-    def finish(self, state: ServingState) -> Trace:
+    def finish_batches(self) -> dict[str, np.ndarray]:
+        """The batch arrays recorded so far (the recorder is spent: call once)."""
         self._flush()
         batches: dict[str, Any] = {}
         for name, chunks in zip(BATCH_FIELDS, self._columns):
             dtype = np.float64 if name in ("start_s", "duration_s") else np.int64
             batches[name] = np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)
             chunks.clear()     # one field at a time: the chunks and the result coexist for one field only
-        w = state.workload
-        requests = {"id": w.ids.copy(), "input_len": w.input_lens.copy(), "output_len": w.output_lens.copy(),
-                    "arrival_s": w.arrivals_s.copy(), "first_scheduled_s": state.first_scheduled_s.copy(),
-                    "first_token_s": state.first_token_s.copy(), "completion_s": state.completion_s.copy(),
-                    "num_evictions": state.num_evictions.copy(),
-                    "refill_tokens": state.refill_tokens.copy(),
-                    "num_suspensions": state.num_suspensions.copy(),
-                    "ttft_slo_s": np.array([np.nan if r.ttft_slo_s is None else r.ttft_slo_s for r in w.requests]),
-                    "tpot_slo_s": np.array([np.nan if r.tpot_slo_s is None else r.tpot_slo_s for r in w.requests]),
-                    "tag": np.array([r.tag or "" for r in w.requests], dtype=object)}
+        return batches
+
+    def finish(self, state: ServingState) -> Trace:
+        batches = self.finish_batches()
+        requests = request_arrays(state.workload, state.first_scheduled_s, state.first_token_s, state.completion_s,
+                                  state.num_evictions, state.refill_tokens, state.num_suspensions)
         return Trace(batches=batches, requests=requests, M=state.limits.M, cost_name=state.cost.name)
+
+
+def request_arrays(w: Any, first_scheduled_s: np.ndarray, first_token_s: np.ndarray, completion_s: np.ndarray,
+                   num_evictions: np.ndarray, refill_tokens: np.ndarray, num_suspensions: np.ndarray
+                   ) -> dict[str, np.ndarray]:
+    """A trace's per-request arrays (``REQUEST_FIELDS``): the workload's own fields and copies of the given ones."""
+    return {"id": w.ids.copy(), "input_len": w.input_lens.copy(), "output_len": w.output_lens.copy(),
+            "arrival_s": w.arrivals_s.copy(), "first_scheduled_s": first_scheduled_s.copy(),
+            "first_token_s": first_token_s.copy(), "completion_s": completion_s.copy(),
+            "num_evictions": num_evictions.copy(), "refill_tokens": refill_tokens.copy(),
+            "num_suspensions": num_suspensions.copy(),
+            "ttft_slo_s": np.array([np.nan if r.ttft_slo_s is None else r.ttft_slo_s for r in w.requests]),
+            "tpot_slo_s": np.array([np.nan if r.tpot_slo_s is None else r.tpot_slo_s for r in w.requests]),
+            "tag": np.array([r.tag or "" for r in w.requests], dtype=object)}

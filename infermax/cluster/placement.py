@@ -75,24 +75,31 @@ def choose_elastic_gang(cluster: Cluster, k_min: int, k_max: int, queue_tokens: 
                         eligible: np.ndarray) -> tuple[int, ...] | None:
     """Between ``k_min`` (what the KV needs) and ``k_max`` eligible replicas of one node — as many as
     the node offers, the node offering most first, then the least total queue — else ``k_min``
-    replicas over the fewest nodes (:func:`choose_gang`)."""
+    replicas over the fewest nodes (:func:`choose_gang`).
+
+    On one node the replicas taken are its eligible ones with the shortest queues (ties: lower
+    index); the whole choice is a handful of array operations over the eligible replicas, as it
+    runs inside a dispatch decision on clusters of thousands of replicas."""
     if not 1 <= k_min <= k_max:
         raise ValueError(f"gang sizes need 1 <= k_min <= k_max, got {k_min}, {k_max}")
-    by_node: dict[int, list[int]] = {}
-    for r in np.flatnonzero(eligible):
-        by_node.setdefault(cluster.replicas[int(r)].node, []).append(int(r))
-    best = None
-    for node, reps in by_node.items():
-        if len(reps) < k_min:
-            continue
-        reps.sort(key=lambda r: (queue_tokens[r], r))
-        take = reps[:k_max]
-        key = (-len(take), sum(int(queue_tokens[r]) for r in take), node)
-        if best is None or key < best[0]:
-            best = (key, take)
-    if best is not None:
-        return tuple(sorted(best[1]))
-    return choose_gang(cluster, k_min, queue_tokens, eligible)
+    idx = np.flatnonzero(eligible)
+    if idx.size < k_min:
+        return None
+    q = np.asarray(queue_tokens)[idx].astype(np.int64)
+    node = cluster.replica_nodes[idx]
+    order = np.lexsort((idx, q, node))             # by node, then queue, then index
+    idx, q, node = idx[order], q[order], node[order]
+    first = np.flatnonzero(np.r_[True, node[1:] != node[:-1]])     # each node's first position
+    count = np.diff(np.r_[first, idx.size])
+    ok = count >= k_min
+    if not ok.any():
+        return choose_gang(cluster, k_min, queue_tokens, eligible)
+    take = np.minimum(count, k_max)
+    csum = np.r_[0, np.cumsum(q)]
+    total = csum[first + take] - csum[first]       # each node's k shortest queues
+    rank = np.lexsort((node[first], total, -take))     # most replicas, then least total queue, then node
+    best = rank[ok[rank]][0]
+    return tuple(sorted(idx[first[best]:first[best] + take[best]].tolist()))
 
 
 def reservation_split(cluster: Cluster, longest_input: int) -> tuple[np.ndarray, np.ndarray]:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+import numpy as np
+
 from infermax.costmodel.communication import DEFAULT_LATENCY_S, comm_model
 from infermax.costmodel.parallel import ParallelConfig, parallel_kv_capacity_tokens
 from infermax.costmodel.specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec
@@ -158,6 +160,13 @@ class Cluster:
     def num_replicas(self) -> int:
         return len(self.replicas)
 
+    @cached_property
+    def replica_nodes(self) -> np.ndarray:
+        """Per replica, its node (read-only)."""
+        out = np.array([r.node for r in self.replicas], dtype=np.int64)
+        out.setflags(write=False)
+        return out
+
     def to_spec_safe(self) -> str:
         return f"{self.gpu.name}:nodes={self.nodes},gpus_per_node={self.gpus_per_node},model={self.model.name}," \
                f"{self.plan.to_text()}"
@@ -209,6 +218,12 @@ class Cluster:
         return base if self.plan.is_single_gpu else f"{base}@{self.plan.to_text()}"
 
     def cost_model(self) -> Any:
+        """The replica's batch-time model (:meth:`cost_model_name`), built once per cluster: fast SP prices
+        every gang's prefill with it, and building a scaled model reads and refits profiles."""
+        return self._cost_model
+
+    @cached_property
+    def _cost_model(self) -> Any:
         from infermax.costmodel import get_cost_model
         return get_cost_model(self.cost_model_name())
 

@@ -87,6 +87,7 @@ def test_a_received_request_that_does_not_fit_recomputes_its_kv():
     st.receive(1, 0.0, 60, 1)
     assert st.status[0] == RUNNING and st.m[0] == 60 and st.kv_used == 60
     assert st.status[1] == WAITING and st.m[1] == 0 and st.inp[1] == 61 and st.num_evictions[1] == 1
+    assert (st.prefill_tokens_left, st.decode_tokens_left) == (61, 8)      # the dropped KV is to recompute
     with pytest.raises(ValueError, match="needs 1 <= generated < output_len"):
         st.receive(0, 0.0, 60, 9)
 
@@ -98,3 +99,29 @@ def test_a_handed_off_request_leaves_after_its_first_token():
     st.dispatch(0, 0.0)
     st.apply(np.array([0]), np.array([8]), np.zeros(0, dtype=np.int64))
     assert st.handoffs == [0] and st.num_done == 1 and st.kv_used == 0
+    assert (st.prefill_tokens_left, st.decode_tokens_left) == (0, 0)       # its decodes are left elsewhere
+
+
+def _left(st: ServingState) -> tuple[int, int]:
+    """What the state's counters stand for: Σ max(inp - m, 0) and Σ (O - gen) over its unfinished requests."""
+    idx = np.concatenate((st.active, st.pending))
+    return int((st.inp[idx] - st.m[idx]).clip(min=0).sum()), int((st.output_lens[idx] - st.gen[idx]).sum())
+
+
+def test_the_local_queue_counters_are_the_sums_they_stand_for(monkeypatch):
+    """The cluster reads each replica's queue length from two counters the state keeps through batches,
+    evictions, decode runs, hand-offs and received KV; checked against the sums after every change."""
+    from infermax.engine import ReplicaRunner
+    checked = []
+    for name in ("step", "wait_until"):
+        def wrapped(self, *args, _f=getattr(ReplicaRunner, name)):
+            out = _f(self, *args)
+            assert (self.state.prefill_tokens_left, self.state.decode_tokens_left) == _left(self.state)
+            checked.append(1)
+            return out
+        monkeypatch.setattr(ReplicaRunner, name, wrapped)
+    w = Workload.from_spec("pecsched:splitwise_conv,n=60,lo=100000,hi=200000,pct=90,time_scale=4")
+    simulate_cluster(w, EIGHT, "pecsched", "sarathi", decode_replicas=2, sp_replicas=3)
+    evicts = simulate_cluster("fixed:I=400,O=300,B=500", "a100:nodes=1,gpus_per_node=2,model=llama2-7b", "fifo",
+                              "vllm", "C=4096")
+    assert evicts.trace.requests["num_evictions"].sum() > 0 and len(checked) > 500
