@@ -19,7 +19,7 @@ from factories import ALL_SCHEDULERS, small_instances
 METHODS = ("work", "lp", "lagrangian")
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=small_instances(max_requests=10, max_len=30))
 def test_bound_never_exceeds_any_heuristic(inst):
     workload, limits = inst

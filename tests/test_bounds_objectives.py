@@ -31,7 +31,7 @@ COSTS = ("default", "a100/llama2-70b", "a100/llama3-8b", "h100/llama2-7b", "scal
 OBJECTIVES = ("ttft", "e2e", "tpot", "ttft_p99", "e2e_p99", "ttft:short", "e2e:short", "tpot:short",
               "ttft_p99:short", "e2e_p99:short")
 CHEAP = ("requests", "order")
-NUM_QUICK = 15
+NUM_QUICK = 8
 NUM_FULL = 330          # instances per objective in the slow run (seeds are drawn until each has them)
 
 

@@ -19,7 +19,7 @@ from test_bounds_objectives import _oracle, tagged_instance
 
 #: csp's name -> the oracle's name of the same objective
 OBJECTIVES = {"ttft:short": "ttft:short", "completion:short": "e2e:short", "ttft:long": "ttft:long"}
-NUM_QUICK = 2
+NUM_QUICK = 1
 NUM_FULL = 100
 REL = 1e-6
 

@@ -37,7 +37,7 @@ def _check(workload, limits, cost, schedule, objective, policy=Policy(), symmetr
     assert fm.model.objective_value(x) == pytest.approx(want, rel=1e-9)
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=6, online=False))
 def test_heuristic_schedules_fit_the_latency_model(cost, inst):
     workload, limits = inst
