@@ -6,8 +6,8 @@ from infermax import Limits, Request, Workload, metrics, metrics_by_tag, replay,
 from infermax.bounds import check_scheduler
 
 BIG = Limits(M=2_000_000, C=4096)   # a long-context replica (the papers spread it over many GPUs)
-MEDHA_MIX = "medha:B=120,long_frac=0.05,lo=128K,hi=256K,rate=0.5,tpot_slo=0.2,seed=1"
-PECSCHED_TRACE = "pecsched:splitwise_conv,n=250,lo=50K,hi=150K,time_scale=0.1"
+MEDHA_MIX = "medha:B=80,long_frac=0.05,lo=128K,hi=256K,rate=0.5,tpot_slo=0.2,seed=1"
+PECSCHED_TRACE = "pecsched:splitwise_conv,n=160,lo=50K,hi=150K,time_scale=0.1"
 
 
 @pytest.fixture(scope="module")
