@@ -37,7 +37,7 @@ with ``[rule] encoding:``. The two inconsistencies they found (state.py, the ext
 from __future__ import annotations
 
 import copy
-import time
+import math
 from collections import Counter
 from functools import lru_cache
 from typing import NamedTuple
@@ -703,7 +703,7 @@ def test_trajectory_and_configuration_lps(rule, k, chunked):
     if configlp.is_available() and configlp.applies(sp):
         lps.append(("csp.search.configlp.ConfigLP", configlp.ConfigLP))
     for name, LP in lps:
-        bound = LP(sp, len(s)).solve(time.perf_counter() + 30.0)[0]
+        bound = LP(sp, len(s)).solve(math.inf)[0]        # no deadline: tiny instances converge
         assert bound <= latency * (1 + 1e-9), (f"[{rule}] relaxations: {name} for {len(s)} batches = {bound!r} "
                                                f"exceeds the latency {latency!r} of a schedule that obeys every rule")
 
