@@ -46,7 +46,7 @@ from .milp.trajectory import merge_chunks
 from .progress import SolveProgress, Tracker
 from .result import OptimalResult, make_result, meets, no_schedule, search_result
 from .search import astar as search, batchcount, batchtable, classstate, trajectorylp
-from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_latency, horizon_for_ttft
+from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_events, horizon_for_latency
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     latency/throughput: every batch is busy time before the last completion; completion (mean
     end-to-end): the busy time before the last completion is at most B × the mean plus the spread of
     arrivals; ttft, and any objective over one tag's requests: the same for the batches up to the
-    last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_ttft`). tpot has
+    last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_events`). tpot has
     no proof (J is then the warm start's length plus a margin, and the model's bound is not reported).
     """
     base = len(ws.schedule) if ws is not None else 0
@@ -111,8 +111,8 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
         J = horizon_for_latency(len(workload) * value + spread, workload, cost)
     else:
         which = members(workload, tag)
-        J = horizon_for_ttft(which.size * value + spread, workload, limits, cost, policy, which,
-                             "first" if name == "ttft" else "done")
+        J = horizon_for_events(which.size * value + spread, workload, limits, cost, policy, which,
+                               "first" if name == "ttft" else "done")
         if J is None:
             return unproven, False
     # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so

@@ -12,7 +12,7 @@ The horizon J must hold an optimal schedule. For latency each non-empty batch
 costs at least β = f(0) + min(decode, prefill bias) on top of the work w every
 schedule does (Σ Pk tokens at the cheapest slope, Σ I(I+1)/2 causal prefill work), so
 an optimal schedule has at most ⌊(UB - w) / β⌋ batches. For mean TTFT only the
-batches up to the last first token are priced (:func:`horizon_for_ttft`); a
+batches up to the last first token are priced (:func:`horizon_for_events`); a
 tail that finishes every request after them is counted on top.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from .milp.trajectory import canonical_labels, respects_policy, sequential_sched
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_latency", "horizon_for_ttft"]
+__all__ = ["WarmStart", "assign", "canonical_labels", "find_warm_start", "horizon_for_events", "horizon_for_latency"]
 
 
 
@@ -90,8 +90,8 @@ def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> 
     return max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
 
 
-def horizon_for_ttft(upper_s: float, workload: Workload, limits: Limits, cost: CostModel,
-                     policy: Policy, which: np.ndarray | None = None, event: str = "first") -> int | None:
+def horizon_for_events(upper_s: float, workload: Workload, limits: Limits, cost: CostModel,
+                       policy: Policy, which: np.ndarray | None = None, event: str = "first") -> int | None:
     """Batches some schedule optimal for the mean TTFT (``event`` "first") or the mean end-to-end
     time (``event`` "done") of the requests ``which`` (None: all) fits in; None where no such
     count is proven.
