@@ -7,9 +7,7 @@ with ``short_ttft_mean_s`` and ``long_jct_s``; the ``policy`` "optimal" row is t
 """
 from __future__ import annotations
 
-import pandas as pd
-
-from claimlib import Claim, Ordering, cells, registrar
+from claimlib import Claim, Ordering, cells, registrar, wide
 
 #: why a claim holds on 5 of the 6 instances (direction only)
 TIE = ("on instance 4 the short requests arrive after the long prefill has ended (the first at 38 ms), so no policy "
@@ -21,27 +19,22 @@ pecsched = registrar(CLAIMS, paper="PecSched", notebook=NB11)
 medha = registrar(CLAIMS, paper="Medha", notebook=NB11)
 
 
-def wide(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """``metric`` per instance (rows) and policy (columns)."""
-    return df.pivot(index="instance", columns="policy", values=metric)
-
-
 @pecsched("§3.2 (FIFO)", "letting short prefills preempt a long prefill cuts the short requests' TTFT vs FIFO "
           "(ours: mean short TTFT, PecSched below FIFO, per small instance)", Ordering(), TIE)
 def _(df):
-    t = wide(df, "short_ttft_mean_s")
+    t = wide(df, "short_ttft_mean_s", "instance")
     return cells(t["pecsched"] < t["fifo"])
 
 
 @pecsched("§3.2, Table 2", "short-first priority makes the long requests wait: their JCT exceeds PecSched's "
           "(ours: long-request JCT, priority above PecSched, per small instance)", Ordering(), TIE)
 def _(df):
-    j = wide(df, "long_jct_s")
+    j = wide(df, "long_jct_s", "instance")
     return cells(j["priority"] > j["pecsched"])
 
 
 @medha("§4.2 (ILRS)", "slack-based priority serves short requests before a long prefill, FCFS does not (ours: mean "
        "short TTFT, Medha below Medha-FCFS, per small instance)", Ordering(), TIE)
 def _(df):
-    t = wide(df, "short_ttft_mean_s")
+    t = wide(df, "short_ttft_mean_s", "instance")
     return cells(t["medha"] < t["medha-fcfs"])
