@@ -18,7 +18,8 @@ The conductor's own modules, in the order a call uses them:
 - :mod:`.progress` — the best schedule and bound so far, and who is told;
 - :mod:`.cli` — ``infermax solve``.
 """
-from .api import OptimalResult, Strengthening, solve_optimal
+from .api import OptimalResult, solve_optimal
+from .milp.build import Strengthening
 from .milp.policy import Policy
 
 __all__ = ["OptimalResult", "Policy", "Strengthening", "solve_optimal"]

@@ -35,13 +35,12 @@ from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TA
 from .backends import SolveStatus
 from .milp import aggregate
 from .milp.extract import to_schedule
-from .milp.flows import add_class_flows
-from .milp.formulation import Formulation, build_core, check_instance, empty_formulation
+from .milp.build import Strengthening, backend_kwargs, build
+from .milp.formulation import check_instance
 from .milp.linearize import to_milp
-from .milp.objectives import add_objective, is_monotone, max_batch_time_s, split_objective, trace_objective
+from .milp.objectives import is_monotone, split_objective, trace_objective
 from .milp.policy import Policy
-from .milp.strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
-                                 add_valid_inequalities, batch_count_lower_bound)
+from .milp.strengthening import batch_count_lower_bound
 from .milp.trajectory import merge_chunks
 from .progress import SolveProgress, Tracker
 from .result import OptimalResult, make_result, meets, no_schedule, search_result
@@ -49,42 +48,6 @@ from .search import astar as search, batchcount, batchtable, classstate, traject
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_events, horizon_for_latency
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Strengthening:
-    """Model options (all on by default, except dff; the benchmark switches them one at a time).
-
-    symmetry: "completion" | "lex" | "none" (completion order measured fastest).
-    cuts: valid inequalities. flows: aggregated class flows with their
-    bin-packing rows (:mod:`.flows`). dff: the same bin-packing cuts on
-    per-request indicators (useful without flows). dominance: evict
-    decode-phase requests only (used for monotone objectives). indicators:
-    "native" (backend decides) or "big-m" (rows of eq. (6) for every backend).
-    big_m: "tight" (from variable bounds) or "loose" (one global M). products:
-    "exact" or "mccormick" (under-approximation for MIP backends, gap reported).
-    """
-
-    symmetry: str = "completion"
-    cuts: bool = True
-    flows: bool = True
-    dff: bool = False
-    dominance: bool = True
-    indicators: str = "native"
-    big_m: str = "tight"
-    products: str = "exact"
-
-    def __post_init__(self) -> None:
-        if self.symmetry not in SYMMETRY_MODES:
-            raise ValueError(f"Strengthening.symmetry must be one of {SYMMETRY_MODES}, got {self.symmetry!r}")
-        if self.indicators not in ("native", "big-m"):
-            raise ValueError(f"Strengthening.indicators must be 'native' or 'big-m', got {self.indicators!r}")
-        if self.big_m not in ("tight", "loose"):
-            raise ValueError(f"Strengthening.big_m must be 'tight' or 'loose', got {self.big_m!r}")
-        if self.products not in ("exact", "mccormick"):
-            raise ValueError(f"Strengthening.products must be 'exact' or 'mccormick', got {self.products!r}")
-        if (self.dff or self.flows) and not self.cuts:
-            raise ValueError("Strengthening.dff and .flows need cuts=True (they extend the cut set)")
 
 
 def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: CostModel, target_s: float | None,
@@ -483,7 +446,7 @@ def _solve_per_request(stage: Stage, *, ws: WarmStart | None, target: float | No
         model, _ = to_milp(model, indicators="big-m", products="native", big_m=strengthening.big_m)
     budget.check("building the per-request model")
     res = be.solve(model, max(MIN_STAGE_S, budget.left()), threads=stage.threads, rel_gap=stage.rel_gap,
-                   log=stage.log_solver, **_backend_kwargs(be, strengthening, stage.solver_params))
+                   log=stage.log_solver, **backend_kwargs(be, strengthening, stage.solver_params))
     return make_result(fm, res, ws, objective, J, stage.proven, hinted, stage.rel_gap, budget.start, target,
                        lambda values, meta: to_schedule(fm, values, meta), "per-request", lambda sch: assign(fm, sch))
 
@@ -531,44 +494,10 @@ def _solve_aggregate(stage: Stage, *, ws: WarmStart | None, least_batches: int |
                 hinted = True
     budget.check("building the aggregate model")
     res = be.solve(fm.model, max(MIN_STAGE_S, budget.left()), threads=threads, rel_gap=rel_gap,
-                   log=stage.log_solver, **_backend_kwargs(be, stage.strengthening, stage.solver_params))
+                   log=stage.log_solver, **backend_kwargs(be, stage.strengthening, stage.solver_params))
     return make_result(fm, res, ws, objective, J, stage.proven, hinted, rel_gap, budget.start, None,
                        lambda values, meta: aggregate.to_schedule(fm, values, meta), "aggregate",
                        lambda sch: aggregate.assign_aggregate(fm, sch))
-
-
-def _backend_kwargs(be, strengthening: Strengthening, solver_params: dict | None) -> dict[str, Any]:
-    if be.NAME == "cpsat":
-        return {"params": solver_params}
-    return {"products": strengthening.products, "big_m": strengthening.big_m}
-
-
-def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy, horizon: int,
-          strengthening: Strengthening, target: float | None = None, deadline: float = math.inf) -> Formulation:
-    """The complete model (core, objective, strengthening, optional better-than row).
-
-    Building stops with :class:`.budget.BudgetExhausted` once ``deadline`` (``time.perf_counter()``) passes.
-    """
-    fm = empty_formulation(workload, limits, cost, policy, horizon, objective)
-    fm.model.deadline = deadline
-    build_core(fm)
-    T = workload.arrivals_s
-    upper_s = float(T.max()) + horizon * max_batch_time_s(fm)
-    expr = add_objective(fm, "latency" if objective == "throughput" else objective, upper_s)
-    dominance = is_monotone(objective) and strengthening.dominance
-    if dominance:
-        add_dominance(fm)
-    if strengthening.cuts:
-        add_valid_inequalities(fm, dominance=dominance)
-        if strengthening.flows:
-            add_class_flows(fm, dominance=dominance)
-        if strengthening.dff:
-            add_dff_cuts(fm)
-    add_symmetry_breaking(fm, strengthening.symmetry)
-    if target is not None:
-        fm.model.add(expr <= target, "better-than")
-    fm.info["objective_expr"] = expr
-    return fm
 
 
 def _target(better_than, by: float, objective: str, workload: Workload, limits: Limits, cost: CostModel,

@@ -48,7 +48,7 @@ from infermax.bounds import lower_bound
 from infermax.bounds.work import batch_count_floor
 from infermax.csp import Policy, Strengthening
 from infermax.csp import backends
-from infermax.csp.api import build
+from infermax.csp.milp.build import build
 from infermax.csp.milp import aggregate
 from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
 from infermax.csp.milp.flows import assign_flows

@@ -14,6 +14,8 @@ The map, in the order data flows through it:
 - :mod:`.flows` — the class-flow extended formulation added to the per-request model.
 - :mod:`.aggregate` — the class-flow model alone (no per-request variables), exact for
   interchangeable requests, and its decomposition into a schedule.
+- :mod:`.build` — :class:`~.build.Strengthening` (the model options) and :func:`~.build.build`, the
+  complete model of one instance: core, objective, strengthening, in that order.
 - :mod:`.linearize` — indicators and products as plain rows, for backends that lack them.
 - :mod:`.trajectory` — a schedule's per-request state trajectory and the rewrites (dominance,
   symmetry order, merged chunks) that let a schedule hint the model.

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, Strengthening
 from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
-from infermax.csp.api import build
+from infermax.csp.milp.build import build
 from infermax.csp.milp.objectives import METRIC_OF
 from infermax.csp.milp.formulation import check_instance
 from infermax.csp.milp.objectives import MONOTONE, nonattention_segments
