@@ -140,6 +140,28 @@ def test_bound_cli_json_and_exit_codes(capsys, tmp_path):
     assert code == 3 and json.loads(capsys.readouterr().out)["exit_code"] == 3
 
 
+def test_the_search_method_is_the_exact_solvers_search(capsys):
+    """``search`` (on request) runs csp's class-state A*: finished, it is the proven optimum; on a workload it
+    does not apply to, it names why; through ``infermax bound --methods`` it is one more row."""
+    w, lim = Workload.from_lengths([3, 3, 5, 5], [4, 4, 2, 2]), Limits(M=10, C=16)
+    b = lower_bound(w, lim, None, methods=("search",))
+    assert b.method == "search" and b.certificate["complete"]
+    from infermax.csp import solve_optimal
+    opt = solve_optimal(w, lim, time_limit_s=60)
+    assert opt.status == "optimal" and opt.objective * (1 - 2e-7) <= b.value <= opt.objective
+    assert "search" not in lower_bound(w, lim, None).values          # not among the defaults
+    with pytest.raises(ValueError, match="search: the workload has arrival times"):
+        lower_bound(Workload.from_lengths([3, 3], [4, 4], [0.0, 0.01]), lim, None, methods=("search",))
+    with pytest.raises(ValueError, match="search_time_limit_s must be a number > 0, got 0"):
+        lower_bound(w, lim, None, methods=("search",), search_time_limit_s=0)
+    code = main(["bound", "--scheduler", "vllm", "--workload", "fixed:I=3,O=4,B=6", "--limits", "M=24,C=24",
+                 "--methods", "work,search", "--no-optimum", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and set(out["bound_values"]) == {"work", "search"} and out["bound_s"] <= out["latency_s"]
+    assert main(["bound", "--workload", "fixed:I=3,O=4,B=6", "--methods", "work,foo"]) == 2
+    assert "--methods 'work,foo': unknown method(s) ['foo']" in capsys.readouterr().err
+
+
 def test_unsupported_objective_and_methods_are_named():
     with pytest.raises(ValueError, match="objective 'p42'"):
         lower_bound("fixed:I=4,O=4,B=4", objective="p42")

@@ -9,7 +9,12 @@ returns the best value, which no valid schedule can beat. For the makespan
 - ``lagrangian``: Lagrangian relaxation of the per-batch constraints with
   per-request shortest paths (`lagrangian`);
 - ``milp``: the dual bound of the exact MILP (`infermax.solve_optimal`) when the
-  instance is small enough.
+  instance is small enough;
+- ``search`` (on request only: ``methods=(..., "search")``, ``infermax bound --methods``):
+  the class-state A* of ``infermax.csp.search`` — the search ``solve_optimal`` runs —
+  stopped after ``search_time_limit_s``; the least f = g + h on its frontier is a bound
+  (its h is admissible), the optimum when it finishes. Offline workloads under a linear
+  cost model only (it says why not otherwise).
 
 For TTFT, end-to-end latency (``e2e``, alias ``completion``) and TPOT — means,
 percentiles (``ttft_p99``, ``e2e_p99``, also p50 and p90) and per request tag
@@ -60,13 +65,16 @@ from .work import arrival_bound
 log = logging.getLogger(__name__)
 
 OBJECTIVES = BASES
-METHODS = ("work", "lp", "lagrangian", "requests", "order", "milp")
+METHODS = ("work", "lp", "lagrangian", "requests", "order", "milp", "search")
 #: methods for each objective (``milp`` only on small instances and untagged means; any objective may
 #: carry a ``:tag``, see `objectives`)
-METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp"), "throughput": ("work", "lp", "lagrangian", "milp"),
+METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp", "search"),
+              "throughput": ("work", "lp", "lagrangian", "milp", "search"),
               "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "milp"),
               "completion": ("requests", "order", "milp"), "tpot": ("requests", "milp"),
               **{q: ("requests", "order") for q in BASES if "_p" in q}}
+#: methods run only when asked for (their time is a budget the caller sets, not a property of the instance)
+ON_REQUEST = ("search",)
 #: relative safety margin taken off every method's value (LP tolerances are ~1e-9; closed forms err ~1e-15)
 SAFETY = 1e-7
 
@@ -87,7 +95,7 @@ class Bound:
 
 def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: str = "latency",
                 methods: tuple[str, ...] | None = None, upper: float | None = None,
-                milp_max_requests: int = 6, milp_time_limit_s: float = 30.0,
+                milp_max_requests: int = 6, milp_time_limit_s: float = 30.0, search_time_limit_s: float = 10.0,
                 progress: Callable[[str], None] | None = None) -> Bound:
     """The best certified bound on ``objective`` over the chosen ``methods`` (default: all that apply).
 
@@ -98,13 +106,14 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
 
     ``upper`` (a known achievable latency, e.g. a heuristic's) steers the Lagrangian step
     sizes; it never changes validity. The MILP runs only for workloads of at most
-    ``milp_max_requests`` requests. Methods that do not apply to ``objective`` are skipped.
+    ``milp_max_requests`` requests; ``search`` only when named in ``methods``, for at most
+    ``search_time_limit_s``. Methods that do not apply to ``objective`` are skipped.
     """
     obj = parse_objective(objective)
     base = objective.partition(":")[0]
     applicable = METHODS_OF[base] if obj.solver_name is not None else \
         tuple(m for m in METHODS_OF[base] if m != "milp")
-    methods = applicable if methods is None else tuple(methods)
+    methods = tuple(m for m in applicable if m not in ON_REQUEST) if methods is None else tuple(methods)
     unknown = set(methods) - set(METHODS)
     if unknown:
         raise ValueError(f"unknown bound method(s) {sorted(unknown)}; use {', '.join(METHODS)}")
@@ -125,6 +134,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
     values: dict[str, float] = {}
     certs: dict[str, dict] = {}
     walls: dict[str, float] = {}
+    skipped: dict[str, str] = {}     # method: why it does not apply here
     runners = {
         "work": lambda: _safe(arrival_bound(co, workload, limits)),
         "lp": lambda: _safe(lp_bound(co, workload, limits)),
@@ -133,6 +143,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
         "order": lambda: _safe(_order_bound(co, chosen, limits, obj)),
         "milp": lambda: _milp_bound(workload, block_limits, cost, obj.solver_name if obj.metric != "throughput"
                                     else "latency", milp_time_limit_s),
+        "search": lambda: _search_bound(workload, limits, cost, search_time_limit_s),
     }
     for name in methods:
         if name == "milp" and len(workload) > milp_max_requests:
@@ -147,10 +158,14 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
             continue
         walls[name] = time.perf_counter() - t0
         if value is None:
+            if cert.get("not_applicable"):
+                skipped[name] = cert["not_applicable"]
             continue
         values[name], certs[name] = value, cert
     if not values:
-        raise ValueError(f"no bound method gave a bound for objective {objective!r} (tried {', '.join(methods)})")
+        why = "".join(f"; {name}: {reason}" for name, reason in skipped.items())
+        raise ValueError(f"no bound method gave a bound for objective {objective!r} (tried {', '.join(methods)}"
+                         f"{why})")
     best = max(values, key=values.get)
     if obj.metric == "throughput":   # tokens/s over the latency bound: an upper bound on throughput
         tokens = float(workload.output_lens.sum())
@@ -188,6 +203,26 @@ def _milp_bound(workload, limits, cost, objective: str, time_limit_s: float) -> 
     res = solve_optimal(workload, limits=limits, cost=cost, objective=objective, time_limit_s=time_limit_s)
     cert = {"status": res.status, "objective": res.objective, "backend": res.backend, "gap": res.gap}
     return (None if res.bound is None else float(res.bound)), cert
+
+
+def _search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | None, dict]:
+    """The class-state A* (``infermax.csp.search``) from the start, for ``time_limit_s`` at most, with no
+    incumbent to prune by (a pruned frontier would bound only the schedules better than the incumbent)."""
+    from infermax.csp import Policy
+    from infermax.csp.search import astar
+
+    if not (isinstance(time_limit_s, (int, float)) and not isinstance(time_limit_s, bool) and time_limit_s > 0):
+        raise ValueError(f"search_time_limit_s must be a number > 0, got {time_limit_s!r}")
+    policy = Policy()
+    ok, why = astar.is_applicable(workload, limits, cost, policy)
+    if not ok:
+        log.info("bound method search skipped: %s", why)
+        return None, {"not_applicable": why}
+    r = astar.exact_search(workload, policy.effective_limits(limits), cost, policy, upper_s=math.inf,
+                           time_budget_s=float(time_limit_s))
+    value = r.value_s if r.value_s is not None else r.bound_s
+    return _safe((float(value), {"complete": r.is_complete, "expanded": r.num_expanded,
+                                 "generated": r.num_generated}))
 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)

@@ -95,10 +95,13 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
                     objective: str = "latency", schedule: Schedule | None = None,
                     claimed_latency_s: float | None = None, claimed_value_s: float | None = None,
                     optimum: bool = True, optimum_max_requests: int = 6, optimum_time_limit_s: float = 30.0,
+                    methods: tuple[str, ...] | None = None, search_time_limit_s: float = 10.0,
                     progress: Callable[[str], None] | None = None) -> CheckResult:
     """Check ``scheduler`` (a name, import path or instance) — or a ``schedule`` made elsewhere
     (``scheduler`` is then only its label; None: the scheduler named in the schedule's meta, if any) —
-    on ``objective``. The solver optimum is sought for the untagged means and the latency only."""
+    on ``objective``. The solver optimum is sought for the untagged means and the latency only.
+    ``methods``: the bound methods of :func:`~infermax.bounds.lower_bound` (default: the cheap ones that
+    apply); name ``search`` to add the class-state A* for ``search_time_limit_s``."""
     from . import lower_bound
 
     obj = parse_objective(objective)
@@ -127,10 +130,11 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
     if claimed_value_s is None and obj.tag is None and sched is not None and hasattr(sched, "reported_metrics"):
         claim = sched.reported_metrics().get(_metric_key(obj))
         claimed_value_s = None if claim is None else float(claim)
-    methods = ("work", "lp", "lagrangian") if obj.metric in ("latency", "throughput") else \
-        ("requests", "order") if obj.metric != "tpot" else ("requests",)
+    if methods is None:
+        methods = ("work", "lp", "lagrangian") if obj.metric in ("latency", "throughput") else \
+            ("requests", "order") if obj.metric != "tpot" else ("requests",)
     bound = lower_bound(workload, limits, cost, objective=objective, upper=measured["latency_s"],
-                        methods=methods, progress=progress)
+                        methods=tuple(methods), search_time_limit_s=search_time_limit_s, progress=progress)
     bound_values, best_value, best_method = dict(bound.values), bound.value, bound.method
     optimum_s = None
     if optimum and obj.solver_name is not None and len(workload) <= optimum_max_requests:

@@ -53,12 +53,16 @@ def cmd_bound(args: argparse.Namespace) -> int:
     from infermax.engine import resolve_inputs
     from infermax.schedulers import get_scheduler, split_specs
 
-    from . import ALL, parse_objective
+    from . import ALL, METHODS, parse_objective
     from .check import check_scheduler
 
     objectives = list(ALL) if args.objective == "all" else [o.strip() for o in args.objective.split(",")]
     for objective in objectives:
         parse_objective(objective)                # unknown names fail before any work
+    methods = None if args.methods is None else tuple(split_specs(args.methods))
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown or methods == ():
+        raise ValueError(f"--methods {args.methods!r}: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     schedule, workload, limits, cost, judged, notes = _inputs(args)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     if schedule is not None:
@@ -81,6 +85,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
                 results.append(check_scheduler(name, workload, limits, cost, objective=objective, schedule=schedule,
                                                claimed_latency_s=args.claimed_latency,
                                                claimed_value_s=args.claimed_value, optimum=not args.no_optimum,
+                                               methods=methods, search_time_limit_s=args.search_time_limit,
                                                progress=step))
             finally:
                 close()
@@ -137,6 +142,12 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--claimed-latency", type=float, help="the latency (s) the scheduler claims for itself")
     p.add_argument("--claimed-value", type=float, help="the value of --objective the scheduler claims for itself "
                    "(exit 3 if it beats the certified bound)")
+    p.add_argument("--methods", default=None,
+                   help="bound methods, comma-separated (default: the cheap ones that apply to the objective: "
+                        "work,lp,lagrangian for latency; requests,order for the others); add 'search' for the "
+                        "exact solver's class-state A* (offline, linear cost) within --search-time-limit")
+    p.add_argument("--search-time-limit", type=float, default=10.0,
+                   help="seconds for the 'search' bound method (default 10)")
     p.add_argument("--no-optimum", action="store_true", help="never run the exact MILP")
     p.add_argument("--json", action="store_true", help="one JSON object (for CI; several schedulers: "
                    "{exit_code, results: [...]})")
