@@ -14,7 +14,7 @@ import numpy as np
 
 from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
-from .state import DONE, WAITING, ServingState
+from .state import DONE, WAITING, ServingState, StateView
 from .trace import Trace, TraceRecorder
 from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
@@ -93,7 +93,7 @@ def _stuck_message(state: ServingState, scheduler_name: str) -> str:
 def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limits | str | None" = None,
              cost: "CostModel | str | None" = None,
              progress: Callable[[int, int], None] | None = None, fast_forward: bool = True,
-             schedule_path: "str | Path | None" = None) -> SimResult:
+             schedule_path: "str | Path | None" = None, read_only_state: bool = False) -> SimResult:
     """Run ``scheduler`` on ``workload`` under ``limits``, timing batches with ``cost``.
 
     ``progress(done, total)`` is called every 256 batches (the CLI draws a bar).
@@ -105,6 +105,9 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     memory — for traces of millions of requests; the result's ``schedule`` is then
     None (its meta is taken before the run, not after). The trace and metrics are
     the same either way.
+    ``read_only_state``: the scheduler sees the state through a :class:`~infermax.state.StateView`
+    (read-only arrays, no transitions), so a scheduler that writes to it fails naming what it touched;
+    the same schedule otherwise, slower (the test suite runs every registered scheduler so).
     """
     from infermax.schedulers import get_scheduler
 
@@ -112,12 +115,12 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     sched = get_scheduler(scheduler)
     limits = sched.limits_for(limits)        # a preset's KV block size (the meta records it)
     state = ServingState(workload, limits, cost)
-    sched.reset(state)
+    sched.reset(StateView(state) if read_only_state else state)
     ids = workload.ids
     recorder = TraceRecorder()
     out = _BatchList() if schedule_path is None else ScheduleWriter(schedule_path, _meta(sched, workload, limits, cost))
     try:
-        _run(state, sched, out, recorder, ids, progress, fast_forward)
+        _run(state, sched, out, recorder, ids, progress, fast_forward, read_only_state)
     finally:
         if isinstance(out, ScheduleWriter):
             out.close()
@@ -146,8 +149,9 @@ class ReplicaRunner:
     """
 
     def __init__(self, state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter",
-                 recorder: TraceRecorder, ids: np.ndarray, fast_forward: bool = True) -> None:
+                 recorder: TraceRecorder, ids: np.ndarray, fast_forward: bool = True, read_only: bool = False) -> None:
         self.state, self.sched, self.out, self.recorder, self.ids = state, sched, out, recorder, ids
+        self.seen = StateView(state) if read_only else state      # what the scheduler is handed
         self.fast_forward = fast_forward
         self.not_before = 0.0
         self._ones = np.ones(0, dtype=np.int64)
@@ -171,7 +175,7 @@ class ReplicaRunner:
             if extra is None and self.not_before == 0.0 and stamp == self._stamp():
                 self._resume(run, steps)
                 return True
-        plan = sched.next_batch(state)
+        plan = sched.next_batch(self.seen)
         if plan.idx.size == 0:
             if plan.evict.size:
                 raise SchedulerStuckError(f"scheduler {sched.name!r} evicted requests but scheduled none "
@@ -184,7 +188,7 @@ class ReplicaRunner:
         self.recorder.add(start, duration, record)
         self.not_before = 0.0
         if self.fast_forward and extra is None:
-            run, steps = sched.decode_run(state, plan)
+            run, steps = sched.decode_run(self.seen, plan)
             if steps > 0:
                 self._decodes(run, steps)
         return True
@@ -236,9 +240,10 @@ class ReplicaRunner:
 
 
 def _run(state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter", recorder: TraceRecorder,
-         ids: np.ndarray, progress: Callable[[int, int], None] | None, fast_forward: bool) -> None:
+         ids: np.ndarray, progress: Callable[[int, int], None] | None, fast_forward: bool,
+         read_only: bool = False) -> None:
     """The loop: run batches until every request is done, idling until the next arrival when none can run."""
-    runner = ReplicaRunner(state, sched, out, recorder, ids, fast_forward)
+    runner = ReplicaRunner(state, sched, out, recorder, ids, fast_forward, read_only)
     while not state.is_finished:
         if not runner.step():
             nxt = state.next_arrival_s
