@@ -83,6 +83,7 @@ def test_pilot_schedules_replay_to_their_value_and_never_beat_the_optimum(cost, 
     assert pilot_search(workload, limits, cost, Policy(allow_eviction=False, chunked_prefill=False)) is None
 
 
+@pytest.mark.slow  # heavy (about 5 CPU s): the default run stays under its CPU budget
 def test_the_pilot_finds_better_schedules_than_the_beam_on_eight_requests(cost):
     """I = O = 16, M = 128, B = 8 (optimum 0.25248 s, proven by A* in about 100 s): the pilot of width 16
     is within 0.5% of it in about a second; the beam of width 128 is not."""
@@ -113,7 +114,8 @@ def test_search_with_an_unbeatable_upper_bound_proves_it(cost):
 
 
 @pytest.mark.solver
-@pytest.mark.parametrize("B,method", [(5, "search"), (6, "auto")])
+@pytest.mark.parametrize("B,method", [(5, "auto"), pytest.param(5, "search", marks=pytest.mark.slow),
+                                      pytest.param(6, "auto", marks=pytest.mark.slow)])
 def test_solve_optimal_uses_the_search_and_proves_homogeneous_optima(cost, B, method):
     """B=5: the beam already finds the optimum and A* proves it by finding nothing better."""
     spec = f"fixed:I=16,O=16,B={B}"
