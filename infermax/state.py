@@ -49,6 +49,19 @@ class ScheduleError(ValueError):
         super().__init__(f"batch {batch}{who}: [{rule}] {message}")
 
 
+class BatchRecord(NamedTuple):
+    """What one batch did, as :meth:`ServingState.apply` returns it (the trace's batch columns after
+    start and duration, :data:`infermax.trace.BATCH_FIELDS`)."""
+
+    num_requests: int
+    num_tokens: int
+    num_prefill_tokens: int
+    num_decode: int
+    kv_tokens: int
+    num_running: int
+    num_evicted: int
+
+
 class DecodeSegment(NamedTuple):
     """``num_batches`` identical decode batches of requests ``idx`` (one token each), as
     :meth:`ServingState.apply_decode_run` applied them: per batch its start and duration (s)
@@ -306,16 +319,14 @@ class ServingState:
     # --- the transition -------------------------------------------------------
     def apply(self, idx: np.ndarray, tokens: np.ndarray, evict: np.ndarray,
               not_before_s: float = 0.0, extra: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None
-              ) -> tuple[float, float, tuple[int, ...]]:
+              ) -> tuple[float, float, BatchRecord]:
         """Run one batch: evict ``evict``, then process ``tokens[k]`` for request ``idx[k]``.
 
         ``extra`` = (tokens, cached, is_decode) of work riding in the same batch that this state
         does not track (a colocated long decode's share, infermax.cluster): it is timed with the
         batch and nothing else.
 
-        Returns (start_s, duration_s, record) where record is
-        (num_requests, num_tokens, num_prefill_tokens, num_decode, kv_tokens,
-        num_running, num_evicted). Raises ScheduleError on any rule violation.
+        Returns (start_s, duration_s, :class:`BatchRecord`). Raises ScheduleError on any rule violation.
         """
         j = self.num_batches
         ids = self.workload.ids
@@ -464,7 +475,7 @@ class ServingState:
         self.num_batches = j + 1
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
-        return start, duration, (n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+        return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
 
 
     def apply_decode_run(self, idx: np.ndarray, num_steps: int) -> list[DecodeSegment]:

@@ -10,10 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from .state import DecodeSegment, ServingState
+from .state import BatchRecord, DecodeSegment, ServingState
 
-BATCH_FIELDS = ("start_s", "duration_s", "num_requests", "num_tokens", "num_prefill_tokens",
-                "num_decode", "kv_tokens", "num_running", "num_evicted")
+BATCH_FIELDS = ("start_s", "duration_s", *BatchRecord._fields)
 REQUEST_FIELDS = ("id", "input_len", "output_len", "arrival_s", "first_scheduled_s",
                   "first_token_s", "completion_s", "num_evictions", "refill_tokens", "num_suspensions",
                   "ttft_slo_s", "tpot_slo_s", "tag")
@@ -86,7 +85,7 @@ class TraceRecorder:
         self._records: list[int] = []          # the integer fields of each batch, flattened
         self._columns: list[list[np.ndarray]] = [[] for _ in BATCH_FIELDS]   # per field, its chunks
 
-    def add(self, start_s: float, duration_s: float, record: tuple[int, ...]) -> None:
+    def add(self, start_s: float, duration_s: float, record: BatchRecord) -> None:
         self._starts.append(start_s)
         self._durations.append(duration_s)
         self._records.extend(record)
@@ -99,7 +98,7 @@ class TraceRecorder:
         self._durations.extend(segment.durations_s)
         n, running, records = int(segment.idx.size), segment.num_running, self._records
         for kv in segment.kv_tokens:
-            records.extend((n, n, 0, n, kv, running, 0))
+            records.extend((n, n, 0, n, kv, running, 0))    # a BatchRecord's fields, in order (hot loop)
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
 
