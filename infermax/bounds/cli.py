@@ -59,6 +59,8 @@ def cmd_bound(args: argparse.Namespace) -> int:
     objectives = list(ALL) if args.objective == "all" else [o.strip() for o in args.objective.split(",")]
     for objective in objectives:
         parse_objective(objective)                # unknown names fail before any work
+    if args.cluster:
+        return _cluster_bound(args, [o for o in objectives if o != "tpot" or args.objective != "all"])
     methods = None if args.methods is None else tuple(split_specs(args.methods))
     unknown = sorted(set(methods or ()) - set(METHODS))
     if unknown or methods == ():
@@ -123,6 +125,48 @@ def cmd_bound(args: argparse.Namespace) -> int:
     return exit_code
 
 
+def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
+    """``bound --cluster SPEC``: each cluster policy's value against the fluid cluster bound
+    (:mod:`infermax.bounds.cluster`); exit 3 when a value beats it."""
+    from infermax.cli import dumps_json, print_table
+    from infermax.cluster import POLICIES, Cluster, simulate_cluster
+    from infermax.schedulers import split_specs
+    from infermax.types import Workload
+
+    from .cluster import cluster_lower_bound, measured_value
+
+    for flag in ("schedule", "limits"):
+        if getattr(args, flag):
+            raise ValueError(f"--{flag} is not taken with --cluster (M and C come from the cluster's replicas)")
+    cluster = Cluster.from_spec(args.cluster)
+    policies = split_specs(args.scheduler or "fifo")
+    for policy in policies:
+        if policy not in POLICIES:
+            raise ValueError(f"--scheduler {policy!r} is not a cluster policy; with --cluster use "
+                             f"{', '.join(POLICIES)}")
+    workload = Workload.from_spec(args.workload or DEFAULT_WORKLOAD)
+    bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost) for o in objectives}
+    rows, code = [], 0
+    for policy in policies:
+        res = simulate_cluster(workload, cluster, policy, "vllm", cost=args.cost)
+        for o, b in bounds.items():
+            value = measured_value(o, res)
+            sign = -1.0 if o == "throughput" else 1.0
+            beats = sign * (value - b.value) < -1e-9 * max(1.0, abs(b.value))
+            code = max(code, 3 if beats else 0)
+            gap = (b.value - value) / b.value if o == "throughput" else (value - b.value) / value if value else 0.0
+            rows.append({"policy": policy, "objective": o, "value": value, "bound": b.value,
+                         "certified_gap_%": 100 * gap, "bound_method": b.method})
+    if args.json:
+        print(dumps_json({"exit_code": code, "workload": workload.name, "cluster": cluster.to_spec(),
+                          "results": rows}))
+        return code
+    print(f"workload {workload.name}  cluster {cluster.to_spec()}  ({cluster.num_replicas} replicas; the bound "
+          f"holds for every cluster policy)")
+    print_table(rows, list(rows[0]))
+    return code
+
+
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound)")
     p.add_argument("--scheduler", default=None,
@@ -148,6 +192,10 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                         "exact solver's class-state A* (offline, linear cost) within --search-time-limit")
     p.add_argument("--search-time-limit", type=float, default=10.0,
                    help="seconds for the 'search' bound method (default 10)")
+    p.add_argument("--cluster", default=None,
+                   help="a cluster spec (e.g. a100:nodes=4,gpus_per_node=8,model=mistral-7b-v0.3): --scheduler "
+                        "names cluster policies, each checked against the fluid cluster bound (latency, "
+                        "throughput, ttft, e2e and their percentiles, :TAG)")
     p.add_argument("--no-optimum", action="store_true", help="never run the exact MILP")
     p.add_argument("--json", action="store_true", help="one JSON object (for CI; several schedulers: "
                    "{exit_code, results: [...]})")
