@@ -331,8 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="simulate on many replicas, e.g. a100:nodes=4,gpus_per_node=8,"
                    "model=mistral-7b-v0.3,tp=1 (M per replica from GPU memory; --scheduler is each replica's)")
     p.add_argument("--policy", help="with --cluster: global policies, comma separated (fifo, reservation, "
-                   "priority, pecsched, pecsched-pe/-dis/-col/-fsp; default fifo); cluster policy names may also "
-                   "be given to --scheduler, each replica then running --local")
+                   "priority, pecsched, pecsched-pe/-dis/-col/-fsp, medha-3d/-2d/-3d-static/-3d-pp; default fifo); "
+                   "cluster policy names may also be given to --scheduler, each replica then running --local")
     p.add_argument("--local", default=None, help="with --cluster and cluster policies in --scheduler: each "
                    "replica's scheduler (default sarathi: chunked prefill, as colocation needs; medha under "
                    "the medha-* policies)")

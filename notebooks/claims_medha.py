@@ -104,19 +104,28 @@ def _(df):
 
 
 def _plans(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(2D, 3D) under the medha replica scheduler (adaptive chunks, slack priority), as in the paper."""
     b = block(df, "3d")
+    if "scheduler" in b:
+        b = b[b["scheduler"] == "medha"]
     return b[b["kvp"] == 1].iloc[0], b[b["kvp"] > 1].iloc[0]
 
 
+ADAPTIVE = ("the medha replica scheduler sizes each chunk so that the predicted latency of a batched decode — one "
+            "whole pass through the stages — stays within its 0.2 s target, so both plans hold TPOT near that "
+            "target and 3D's faster attention shows up as faster prefills (lower TTFT) instead; the paper's "
+            "Medha evidently let 2D's decodes run slower")
+
+
 @medha("§5.3, Fig. 18", "3D (TP 8, SPP 4, KVP 2) cuts the P50 TPOT 2x vs 2D (TP 8, SPP 8): Llama-3 70B, 64 H100s, "
-       "5 % 2M-token requests, 1.75 QPS", Effect(lo=2.0))
+       "5 % 2M-token requests, 1.75 QPS", Effect(lo=2.0), ADAPTIVE)
 def _(df):
     two, three = _plans(df)
     r = float(two["tpot_p50_s"] / three["tpot_p50_s"])
     return Ours(r, f"{fmt_factor(r, 'x')} ({two['tpot_p50_s']:.3f} -> {three['tpot_p50_s']:.3f} s)")
 
 
-@medha("§5.3, Fig. 18", "...and the P90 TPOT 2x", Effect(lo=2.0))
+@medha("§5.3, Fig. 18", "...and the P90 TPOT 2x", Effect(lo=2.0), ADAPTIVE)
 def _(df):
     two, three = _plans(df)
     r = float(two["tpot_p90_s"] / three["tpot_p90_s"])
@@ -124,7 +133,7 @@ def _(df):
 
 
 @medha("§5.3, Fig. 17", "2D and 3D keep comparable TTFT (ours: P50 TTFT, 3D / 2D)",
-       Near(value=1.0, tol=0.25, why="'comparable' read as within 25 %"))
+       Near(value=1.0, tol=0.25, why="'comparable' read as within 25 %"), ADAPTIVE)
 def _(df):
     two, three = _plans(df)
     r = float(three["ttft_p50_s"] / two["ttft_p50_s"])

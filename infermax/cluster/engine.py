@@ -54,7 +54,8 @@ MEDHA_CHUNK_TOKENS = 4096      # medha-* policies: prefill tokens per batch unle
 class ClusterEngine:
     """Runs ``workload`` on ``cluster`` under a global ``policy`` and a local ``scheduler`` per replica.
 
-    ``sp_replicas``: the most replicas of a long request's gang (default: one node's
+    ``scheduler``: each replica's (default: the policy's own — ``medha`` under the medha-* policies —,
+    else ``vllm``); ``sp_replicas``: the most replicas of a long request's gang (default: one node's
     worth); a gang takes as many free replicas of one node as it finds up to that, at
     least what its KV needs (elastic, as free GPUs allow); ``decode_replicas``: replicas dedicated to short
     decodes under disaggregation (default: §6.2's 4/4/1/1 for its four models, else
@@ -65,13 +66,15 @@ class ClusterEngine:
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, policy: "str | ClusterPolicy" = "fifo",
-                 scheduler: Any = "vllm", limits: "Limits | str | None" = None, cost: Any = None,
+                 scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                  fast_forward: bool = True, long_tag: str = "long", sp_replicas: int | None = None,
                  decode_replicas: int | None = None, colocate_tokens: int = 512,
                  kvp_group_tokens: int | None = None) -> None:
         from infermax.costmodel import get_cost_model
 
         self.pol = pol = get_policy(policy)
+        if scheduler is None:                      # the policy's own replica scheduler (medha-*), else vLLM
+            scheduler = pol.local or "vllm"
         self.workload, self.cluster, self.policy = workload, cluster, pol.name
         self.cost = get_cost_model(cost if cost is not None else cluster.cost_model_name())
         if isinstance(colocate_tokens, bool) or not isinstance(colocate_tokens, int) or colocate_tokens < 1:
@@ -209,7 +212,7 @@ class ClusterEngine:
 
 
 def simulate_cluster(workload: "Workload | str", cluster: "Cluster | str", policy: str = "fifo",
-                     scheduler: Any = "vllm", limits: "Limits | str | None" = None, cost: Any = None,
+                     scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                      progress: Callable[[int, int], None] | None = None, fast_forward: bool = True,
                      **options: Any) -> ClusterResult:
     """Simulate ``workload`` on ``cluster`` (a :class:`Cluster` or its spec string) under ``policy``.

@@ -142,18 +142,20 @@ class StageTimer:
 
 
 class _StageCost:
-    """The replica state's cost model: the executor's stage time for the batch being applied; otherwise
-    (a scheduler's prediction) the replica's cost model's stage time."""
+    """The replica state's cost model: the executor's stage time for the batch being applied. Otherwise —
+    a scheduler's prediction (Medha's chunk sizing and slack) — the latency a batched decode pays, one
+    whole pass through the stages, priced by the replica's own cost model (KV spread evenly over the
+    KVP groups, the merge always paid: ``predict``)."""
 
-    def __init__(self, timer: StageTimer, name: str) -> None:
-        self.timer, self.name, self.pending = timer, name, None
+    def __init__(self, timer: StageTimer, name: str, predict: Any) -> None:
+        self.timer, self.name, self.pending, self.predict = timer, name, None, predict
         self.is_linear = False
 
     def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
         if self.pending is not None:
             out, self.pending = self.pending, None
             return out
-        return float(self.timer.cost.stage_time(tokens, kv_before, is_decode))
+        return float(self.predict.batch_time(tokens, kv_before, is_decode))
 
     def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:
         raise SchedulerStuckError("an executed plan never fast-forwards decode runs")
@@ -173,7 +175,7 @@ class PlanExecutor:
         kvp = cluster.plan.kvp
         self.capacity = cluster.replica_kv_capacity_tokens // kvp
         self.layout = KVLayout(kvp, self.capacity, group_tokens, options.onboarding)
-        self.cost = _StageCost(timer, f"plan:{cluster.cost_model_name()}")
+        self.cost = _StageCost(timer, f"plan:{cluster.cost_model_name()}", cluster.cost_model())
         self.free_s = np.zeros(self.p)                 # when each stage finishes its last batch
         self.exit_s = np.zeros(num_requests)           # when each request's last batch left the last stage
         self.entries: list[float] = []
