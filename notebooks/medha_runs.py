@@ -83,6 +83,7 @@ def tradeoff_runs(context: int = 1_000_000, chunks=(256, 512, 1024, 2048), degre
             short = np.diff(b["start_s"][during])           # one token of each short request per batch
             rows.append({"model": "llama3-8b", "tp": 4, "spp": 4, "kvp": k, "context": context, "chunk": c,
                          "cluster": spec, "feasible": True, "ttft_s": ttft, "tpot_s": float(np.mean(short)),
+                         "tpot_p95_s": float(np.percentile(short, 95)),
                          "num_batches": r.metrics["num_batches"], "error": ""})
     return pd.DataFrame(rows).assign(experiment="tradeoff")
 
@@ -103,6 +104,9 @@ def mixed_trace(num_requests: int, qps: float, long_share: float = 0.05, long_pr
     return Workload(requests=tuple(reqs))
 
 
+PLANS_2D_3D = (("2D (TP8, SPP8)", "medha-2d", 8, 1), ("3D (TP8, SPP4, KVP2)", "medha-3d", 4, 2))
+
+
 def three_d_runs(num_requests: int = 100, qps: float = 1.75, long_prompt: int = 2_000_000,
                  schedulers=("sarathi-pc", "medha")):
     """Per replica scheduler: ``sarathi-pc`` (static 4K chunks, decode first) and ``medha`` (adaptive chunks
@@ -110,7 +114,7 @@ def three_d_runs(num_requests: int = 100, qps: float = 1.75, long_prompt: int = 
     w = mixed_trace(num_requests, qps, long_prompt=long_prompt)
     rows = []
     for sched in schedulers:
-        for name, policy, spp, kvp in (("2D (TP8, SPP8)", "medha-2d", 8, 1), ("3D (TP8, SPP4, KVP2)", "medha-3d", 4, 2)):
+        for name, policy, spp, kvp in PLANS_2D_3D:
             rows.append(_mixed_run(w, sched, name, policy, spp, kvp, qps, long_prompt))
     return pd.DataFrame(rows).assign(experiment="3d")
 

@@ -48,7 +48,8 @@ from .spec import Cluster
 
 __all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
-MEDHA_CHUNK_TOKENS = 4096      # medha-* policies: prefill tokens per batch unless limits are given
+MEDHA_CHUNK_TOKENS = 4096      # medha-* policies with the medha scheduler: prefill tokens per batch unless limits
+                               # are given
 
 
 class ClusterEngine:
@@ -79,6 +80,9 @@ class ClusterEngine:
         self.cost = get_cost_model(cost if cost is not None else cluster.cost_model_name())
         if isinstance(colocate_tokens, bool) or not isinstance(colocate_tokens, int) or colocate_tokens < 1:
             raise ValueError(f"colocate_tokens must be an integer >= 1, got {colocate_tokens!r}")
+        if pol.plan or cluster.executes_plan:      # a plan that cannot hold a request says which degree to raise
+            from .plans import check_plan_holds
+            check_plan_holds(workload, cluster)
         self.roles = roles = plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas)
         self.limits = roles.limits
         self.loads = Loads(*roles.classes, roles.decode_pool)
@@ -86,7 +90,7 @@ class ClusterEngine:
         if cluster.executes_plan:                  # spp or kvp > 1: timing executed per stage and group
             from .plans import Plans, plan_options
             self.plans = Plans(cluster, workload, plan_options(pol.plan or "3d", kvp_group_tokens), roles, pol)
-            if pol.plan and limits is None:      # Medha's long prefills go in chunks of at most 4K (§3.3)
+            if pol.plan and limits is None and str(scheduler).startswith("medha"):   # 4K chunks at most (§3.3)
                 self.limits = self.limits.replace(P=min(self.limits.P, MEDHA_CHUNK_TOKENS))
         elif kvp_group_tokens is not None:
             raise ValueError(f"kvp_group_tokens = {kvp_group_tokens!r} needs a cluster with kvp > 1, got "

@@ -36,11 +36,15 @@ class KVLayout:
         for name, v in (("num_groups", num_groups), ("capacity", capacity), ("group_tokens", group_tokens)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"KVLayout.{name} must be an integer >= 1, got {v!r}")
-        self.k, self.capacity, self.group_tokens, self.onboarding = int(num_groups), int(capacity), int(group_tokens), onboarding
+        self.k, self.capacity, self.group_tokens = int(num_groups), int(capacity), int(group_tokens)
+        self.onboarding = onboarding
         self.kv = np.zeros(self.k, dtype=np.int64)          # tokens held per group
         self.shards: dict[int, list[list[int]]] = {}        # request -> [[group, tokens], ...] in position order
         self.onboarded: list[tuple[int, int, int]] = []     # (request, group, first position) of every new shard
         self.static_m: dict[int, int] = {}                   # static: request -> tokens striped so far
+        self.vec: dict[int, np.ndarray] = {}                 # dynamic: request -> its tokens per group
+        self._none = np.zeros(self.k)
+        self._none.setflags(write=False)
 
     # --- queries -------------------------------------------------------------------------------------
     def tokens_of(self, i: int) -> np.ndarray:
@@ -51,25 +55,40 @@ class KVLayout:
             out += m // self.k
             out[: m % self.k] += 1
             return out
-        for g, n in self.shards.get(i, ()):
-            out[g] += n
-        return out
+        v = self.vec.get(i)
+        return out if v is None else v.copy()
 
     def span(self, i: int) -> int:
         """How many groups hold request i's KV (those that merge its partial attention)."""
-        return int(np.count_nonzero(self.tokens_of(i)))
+        if self.onboarding == "dynamic":
+            v = self.vec.get(i)
+            return 0 if v is None else int(np.count_nonzero(v))
+        return min(self.k, self.static_m.get(i, 0))
 
     # --- changes -------------------------------------------------------------------------------------
     def free(self, i: int) -> None:
         """Request i's KV is gone (finished or evicted)."""
         self.kv -= self.tokens_of(i)
         self.shards.pop(i, None)
+        self.vec.pop(i, None)
         if self.onboarding == "static":
             self.static_m.pop(i, None)
 
     def place(self, i: int, c: int, is_decode: bool) -> tuple[np.ndarray, np.ndarray]:
         """Write request i's next ``c`` tokens; returns (KV each group reads for it, if a decode, else 0s;
-        causal prefill pairs each group computes for it, if a prefill chunk, else 0s)."""
+        causal prefill pairs each group computes for it, if a prefill chunk, else 0s). The arrays are
+        read-only views for the caller."""
+        if is_decode and c == 1 and self.onboarding == "dynamic":      # the common case: one more token
+            shards = self.shards.get(i)
+            if shards:
+                last = shards[-1]
+                g = last[0]
+                if last[1] < self.group_tokens and self.kv[g] < self.capacity:
+                    last[1] += 1
+                    self.kv[g] += 1
+                    v = self.vec[i]
+                    v[g] += 1
+                    return v, self._none
         before = self.tokens_of(i)
         work = c * before.astype(np.float64)
         if self.onboarding == "static":
@@ -88,8 +107,8 @@ class KVLayout:
             raise ValueError(f"KVP group {g} would hold {int(self.kv[g])} KV tokens > its capacity "
                              f"{self.capacity} (request index {i}; kvp_group_tokens = {self.group_tokens})")
         if is_decode:
-            return self.tokens_of(i), np.zeros(self.k)
-        return np.zeros(self.k, dtype=np.int64), work
+            return self.tokens_of(i), self._none
+        return self._none, work
 
     def _place_dynamic(self, i: int, c: int) -> list[tuple[int, int, int]]:
         shards = self.shards.setdefault(i, [])
@@ -105,6 +124,7 @@ class KVLayout:
             n = int(min(c - u, self.group_tokens - last[1], self.capacity - self.kv[g]))
             last[1] += n
             self.kv[g] += n
+            self.vec.setdefault(i, np.zeros(self.k, dtype=np.int64))[g] += n
             segments.append((g, u, n))
             u += n
         return segments

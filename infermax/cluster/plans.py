@@ -32,7 +32,10 @@ does: (T − (p − 1)·hop)/p + hop, T the whole batch with the slowest group's
 and the merge. At spp = kvp = 1 nothing here runs (the replica is the simulator's).
 
 Departures, by design: batches pass the pipeline in the order the local scheduler made
-them (no reordering to fill bubbles); a stage frees a finished request's KV when the
+them (no reordering to fill bubbles, and one batch stream: no interleaved micro-batches of
+disjoint requests as in plain PP serving, Fig. 7a) — so a batch that carries a decode waits
+for that decode's previous token, and a prompt's chunks batched with decodes no longer
+overlap across stages (SPP's gain is the prefill-only batches'); a stage frees a finished request's KV when the
 batch leaves stage 1 (each stage holds its own layers' KV); the fast-forward of
 identical decode batches is off on these replicas (each batch's entry depends on its
 requests' exits); the cluster policies that move KV between replicas (gangs,
@@ -282,6 +285,20 @@ class PlanRunner(ReplicaRunner):
         self.recorder.add(start, duration, record)
         self.not_before = 0.0
         return True
+
+
+def check_plan_holds(workload: Any, cluster: Any) -> None:
+    """Every request's peak KV fits one replica of the plan (its KVP groups together); else a ValueError
+    naming the request and the plan's degrees to raise."""
+    peak = workload.input_lens + workload.output_lens - 1
+    M = cluster.replica_kv_capacity_tokens
+    if int(peak.max()) > M:
+        i = int(np.argmax(peak))
+        p = cluster.plan
+        raise ValueError(f"request {int(workload.ids[i])} (input {int(workload.input_lens[i])}, output "
+                         f"{int(workload.output_lens[i])}) needs {int(peak[i])} KV tokens, but a replica of the plan "
+                         f"tp={p.tp}, spp={cluster.spp}, pp={p.pp}, kvp={p.kvp} on {cluster.gpu.name} holds M = {M} "
+                         f"({M // p.kvp} per KVP group): raise spp or kvp (cluster {cluster.to_spec()})")
 
 
 def plan_options(preset: str, kvp_group_tokens: int | None) -> PlanOptions:
