@@ -165,3 +165,16 @@ def test_judge_follows_evictions_and_refills_on_kvp_groups():
     assert np.array(plan["group_kv"]).max() <= plan["group_capacity"]
     rep = replay_cluster(r.cluster_schedule(), w)
     assert np.allclose(rep.requests["completion_s"], r.trace.requests["completion_s"], rtol=1e-12)
+
+
+def test_cli_takes_the_medha_policies_as_schedulers(capsys):
+    import json
+
+    from infermax.cli import main
+    argv = ["simulate", "--cluster", "h100:nodes=8,gpus_per_node=8,model=llama3-8b,tp=4,spp=4,kvp=4",
+            "--scheduler", "medha-3d,medha-3d-static", "--workload", "fixed:I=50000,O=4,B=1", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(r["policy"], r["scheduler"]) for r in out["results"]] == [("medha-3d", "medha"),
+                                                                        ("medha-3d-static", "medha")]
+    assert all(r["metrics"]["tpot_mean_s"] > 0 for r in out["results"])
