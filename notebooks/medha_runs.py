@@ -9,6 +9,9 @@ function returns one block of the results table (column ``experiment``):
 - ``spp``: TTFT of one prompt of 1M / 10M tokens in 4K chunks, TP 8, SPP 1..16 (Fig. 9); plans whose groups
   cannot hold the prompt are rows with ``feasible = False`` (the engine's ValueError, the paper's red crosses);
 - ``spp_decode``: TPOT at 2M tokens, TP 8, SPP 1..16 (Fig. 10);
+- ``prefill_128``: one 1M-token prompt on 128 H100s (TP 8 × 16): SPP 16 (executed), plain PP 16 (executed,
+  the ``medha-3d-pp`` ablation: a chunk waits for its predecessor to leave the last stage) and context
+  parallelism (ring SP 16, priced by the cost model's ring term, the prompt in one pass) (Figs. 7–8);
 - ``tradeoff``: a long prompt prefilled in fixed chunks (Sarathi, P = chunk) beside short requests decoding,
   TP 4, SPP 4, KVP 1/2/4: the long request's TTFT and the short ones' TPOT (Fig. 13);
 - ``3d``: Llama-3 70B on 64 H100s, 2D (TP 8, SPP 8) vs 3D (TP 8, SPP 4, KVP 2), a mixed trace with 5 % of
@@ -62,6 +65,20 @@ def spp_runs(contexts=(1_000_000, 10_000_000), degrees=(1, 2, 4, 8, 16), chunk: 
 def spp_decode_runs(context: int = 2_000_000, degrees=(1, 2, 4, 8, 16), chunk: int = 16384, output: int = 16):
     rows = [one_request("llama3-8b", 8, p, 1, context, output, chunk) for p in degrees]
     return pd.DataFrame(rows).assign(experiment="spp_decode")
+
+
+def prefill_128_runs(context: int = 1_000_000, chunk: int = 4096):
+    rows = []
+    for plan, policy, sched, extra, limits in (
+            ("SPP 16", "medha-2d", "sarathi-pc", "spp=16", f"C={context},P={chunk}"),
+            ("PP 16", "medha-3d-pp", "sarathi-pc", "spp=16", f"C={context},P={chunk}"),
+            ("CP (ring SP 16)", "fifo", "vllm", "sp=16,sp_kind=ring", f"C={context},P={context}")):
+        spec = f"h100:nodes=16,gpus_per_node=8,model=llama3-8b,tp=8,{extra}"
+        r = simulate_cluster(f"fixed:I={context},O=2,B=1", spec, policy, sched, limits=limits)
+        rows.append({"model": "llama3-8b", "tp": 8, "context": context, "plan": plan, "cluster": spec,
+                     "feasible": True, "ttft_s": r.metrics["ttft_mean_s"], "num_batches": r.metrics["num_batches"],
+                     "error": ""})
+    return pd.DataFrame(rows).assign(experiment="prefill_128")
 
 
 def tradeoff_runs(context: int = 1_000_000, chunks=(256, 512, 1024, 2048), degrees=(1, 2, 4),
