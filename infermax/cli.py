@@ -167,7 +167,9 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
                          f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
     workload = Workload.from_spec(f"trace:{args.trace}" if args.trace else args.workload)
     names = split_specs(args.scheduler)
-    runs = [(name, args.local) for name in names if name in POLICIES]        # cluster policies as --scheduler
+    from .cluster.policies import get_policy
+    runs = [(name, args.local or get_policy(name).local or "sarathi")        # cluster policies as --scheduler
+            for name in names if name in POLICIES]
     locals_ = [name for name in names if name not in POLICIES]
     if args.policy or not runs:
         policies = split_specs(args.policy or "fifo")
@@ -184,7 +186,8 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
     for _, name in runs:
         get_scheduler(name)
     options = {k: v for k, v in (("sp_replicas", args.sp_replicas), ("decode_replicas", args.decode_replicas),
-                                 ("colocate_tokens", args.colocate_tokens)) if v is not None}
+                                 ("colocate_tokens", args.colocate_tokens),
+                                 ("kvp_group_tokens", args.kvp_group_tokens)) if v is not None}
     if args.load is not None:
         from .cluster import at_load, capacity_rps
         cap = capacity_rps(workload, cluster, "fifo", runs[0][1], **options)
@@ -328,10 +331,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", help="simulate on many replicas, e.g. a100:nodes=4,gpus_per_node=8,"
                    "model=mistral-7b-v0.3,tp=1 (M per replica from GPU memory; --scheduler is each replica's)")
     p.add_argument("--policy", help="with --cluster: global policies, comma separated (fifo, reservation, "
-                   "priority, pecsched, pecsched-pe/-dis/-col/-fsp; default fifo); cluster policy names may also "
-                   "be given to --scheduler, each replica then running --local")
-    p.add_argument("--local", default="sarathi", help="with --cluster and cluster policies in --scheduler: each "
-                   "replica's scheduler (default sarathi: chunked prefill, as colocation needs)")
+                   "priority, pecsched, pecsched-pe/-dis/-col/-fsp, medha-3d/-2d/-3d-static/-3d-pp; default fifo); "
+                   "cluster policy names may also be given to --scheduler, each replica then running --local")
+    p.add_argument("--local", default=None, help="with --cluster and cluster policies in --scheduler: each "
+                   "replica's scheduler (default sarathi: chunked prefill, as colocation needs; medha under "
+                   "the medha-* policies)")
     p.add_argument("--load", type=float, help="with --cluster: rescale the arrivals to this multiple of the "
                    "cluster's capacity (1.0 = FIFO's maximum throughput, measured first; pecsched.txt §6.6)")
     p.add_argument("--sp-replicas", type=int, help="with --cluster: most replicas per long request's gang "
@@ -340,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "disaggregation (default pecsched.txt §6.2's 4/4/1/1)")
     p.add_argument("--colocate-tokens", type=int, help="with --cluster: short prefill tokens colocated with a "
                    "long decode per replica and step (default 512)")
+    p.add_argument("--kvp-group-tokens", type=int, help="with --cluster and kvp > 1: most KV tokens of one request "
+                   "per KVP group before it onboards the next (default: the longest request over the kvp groups)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)

@@ -48,34 +48,55 @@ from .spec import Cluster
 
 __all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
+MEDHA_CHUNK_TOKENS = 4096      # medha-* policies with the medha scheduler: prefill tokens per batch unless limits
+                               # are given
+
 
 class ClusterEngine:
     """Runs ``workload`` on ``cluster`` under a global ``policy`` and a local ``scheduler`` per replica.
 
-    ``sp_replicas``: the most replicas of a long request's gang (default: one node's
+    ``scheduler``: each replica's (default: the policy's own — ``medha`` under the medha-* policies —,
+    else ``vllm``); ``sp_replicas``: the most replicas of a long request's gang (default: one node's
     worth); a gang takes as many free replicas of one node as it finds up to that, at
     least what its KV needs (elastic, as free GPUs allow); ``decode_replicas``: replicas dedicated to short
     decodes under disaggregation (default: §6.2's 4/4/1/1 for its four models, else
     one per node); ``colocate_tokens``: short prefill tokens per member and step
-    colocated with a long decode (§5.2's threshold).
+    colocated with a long decode (§5.2's threshold); ``kvp_group_tokens``: on a plan
+    with kvp > 1, the most KV tokens of one request per KVP group before it onboards
+    the next (:mod:`~infermax.cluster.plans`).
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, policy: "str | ClusterPolicy" = "fifo",
-                 scheduler: Any = "vllm", limits: "Limits | str | None" = None, cost: Any = None,
+                 scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                  fast_forward: bool = True, long_tag: str = "long", sp_replicas: int | None = None,
-                 decode_replicas: int | None = None, colocate_tokens: int = 512) -> None:
+                 decode_replicas: int | None = None, colocate_tokens: int = 512,
+                 kvp_group_tokens: int | None = None) -> None:
         from infermax.costmodel import get_cost_model
 
         self.pol = pol = get_policy(policy)
+        if scheduler is None:                      # the policy's own replica scheduler (medha-*), else vLLM
+            scheduler = pol.local or "vllm"
         self.workload, self.cluster, self.policy = workload, cluster, pol.name
         self.cost = get_cost_model(cost if cost is not None else cluster.cost_model_name())
         if isinstance(colocate_tokens, bool) or not isinstance(colocate_tokens, int) or colocate_tokens < 1:
             raise ValueError(f"colocate_tokens must be an integer >= 1, got {colocate_tokens!r}")
+        if pol.plan or cluster.executes_plan:      # a plan that cannot hold a request says which degree to raise
+            from .plans import check_plan_holds
+            check_plan_holds(workload, cluster)
         self.roles = roles = plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas)
         self.limits = roles.limits
         self.loads = Loads(*roles.classes, roles.decode_pool)
+        self.plans = None
+        if cluster.executes_plan:                  # spp or kvp > 1: timing executed per stage and group
+            from .plans import Plans, plan_options
+            self.plans = Plans(cluster, workload, plan_options(pol.plan or "3d", kvp_group_tokens), roles, pol)
+            if pol.plan and limits is None and str(scheduler).startswith("medha"):   # 4K chunks at most (§3.3)
+                self.limits = self.limits.replace(P=min(self.limits.P, MEDHA_CHUNK_TOKENS))
+        elif kvp_group_tokens is not None:
+            raise ValueError(f"kvp_group_tokens = {kvp_group_tokens!r} needs a cluster with kvp > 1, got "
+                             f"{cluster.to_spec()}")
         self.replicas = Replicas(workload, self.limits, self.cost, scheduler, ~roles.on_gang, fast_forward,
-                                 roles.decode_pool, self.loads.touch)
+                                 roles.decode_pool, self.loads.touch, self.plans)
         self.migrations = Migrations(workload, cluster, self.replicas, self.loads)
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)
@@ -84,6 +105,8 @@ class ClusterEngine:
             cluster.cost_model()           # built once, before the run: fast SP prices every gang with it
         self.options = {"sp_replicas": roles.sp_replicas, "colocate_tokens": colocate_tokens,
                         "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward}
+        if self.plans is not None:
+            self.options["kvp_group_tokens"] = self.plans.group_tokens
         self._next_arrival = math.inf      # the next arrival not yet in the global queue
 
     def queue_tokens(self) -> np.ndarray:
@@ -193,12 +216,13 @@ class ClusterEngine:
 
 
 def simulate_cluster(workload: "Workload | str", cluster: "Cluster | str", policy: str = "fifo",
-                     scheduler: Any = "vllm", limits: "Limits | str | None" = None, cost: Any = None,
+                     scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                      progress: Callable[[int, int], None] | None = None, fast_forward: bool = True,
                      **options: Any) -> ClusterResult:
     """Simulate ``workload`` on ``cluster`` (a :class:`Cluster` or its spec string) under ``policy``.
 
-    ``options``: ``sp_replicas``, ``decode_replicas``, ``colocate_tokens`` (:class:`ClusterEngine`)."""
+    ``options``: ``sp_replicas``, ``decode_replicas``, ``colocate_tokens``, ``kvp_group_tokens``
+    (:class:`ClusterEngine`; the last: :mod:`~infermax.cluster.plans`)."""
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
     return ClusterEngine(workload, Cluster.from_spec(cluster), policy, scheduler, limits, cost,

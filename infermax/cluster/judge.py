@@ -34,7 +34,9 @@ message prefixed by the replica; the gang rules live in
   the saved activations while the gang is suspended;
 - ``colocate-cap``: a colocated batch processes at most ``colocate_tokens``;
 - ``once``: every request is served and finishes exactly once (on a gang, or on
-  one replica — for a disaggregated one, its decode replica).
+  one replica — for a disaggregated one, its decode replica);
+- on a cluster that executes its plan (spp or kvp > 1), the stage, KVP-group and
+  pipeline-order rules of :mod:`~infermax.cluster.judge_plans`.
 
 Checks that read the document alone run first (gangs, migrations), then the
 replica replays, then the checks that need replayed times.
@@ -122,8 +124,12 @@ def replay_cluster(schedule: ClusterSchedule, workload: "Workload | str", cost: 
         on_gang[g.i] = True
     colocated = colocated_batches(gangs, R)
     migrations = _read_migrations(schedule, workload, pos, cluster, on_gang)
-    runs = [_replay_replica(r, schedule, workload, pos, limits, cost_model, on_gang, colocated[r])
-            for r in range(R)]
+    plans = [None] * R
+    if cluster.executes_plan:               # spp or kvp > 1: stages and KVP groups (judge_plans.py)
+        from .judge_plans import PlanJudge
+        plans = [PlanJudge(r, schedule, cluster, workload) for r in range(R)]
+    runs = [_replay_replica(r, schedule, workload, pos, limits, cost_model if plans[r] is None else plans[r],
+                            on_gang, colocated[r], plans[r]) for r in range(R)]
     check_one_gang_at_a_time(gangs)
     for g in gangs:
         check_gang_on_replicas(g, runs, cost_model, cluster, meta)
@@ -205,7 +211,7 @@ _DECODE = np.ones(1, dtype=bool)
 
 
 def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: dict, limits: Limits, cost: Any,
-                    on_gang: np.ndarray, colocated: dict) -> _Run:
+                    on_gang: np.ndarray, colocated: dict, plan: Any = None) -> _Run:
     state = ServingState(workload, limits, cost, dispatched=True)
     state.serves = ~on_gang
     events, k = schedule.events[r], 0
@@ -223,10 +229,14 @@ def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: 
             g, step, member = colocated[j]
             extra = (_ONE, np.array([g.decodes[step]["shares"][member]], dtype=np.int64), _DECODE)
         run.held[j] = state.external_kv
+        if plan is not None:
+            plan.before(j, state, idx, batch.tokens, evict)
         try:
             start, duration, record = state.apply(idx, batch.tokens, evict, batch.not_before_s, extra)
         except ScheduleError as exc:
             raise ClusterScheduleError(exc.rule, f"replica {r}: {exc}") from None
+        if plan is not None:
+            plan.after(j, state, start)
         recorder.add(start, duration, record)
     k = _apply_events(r, run, events, k, len(schedule.replicas[r].batches), workload, pos, on_gang)
     if k < len(events):

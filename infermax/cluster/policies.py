@@ -22,6 +22,19 @@ pecsched-fsp       yes         yes            yes          **ring** (ablation /F
 
 ``pecsched-fifo``, ``pecsched-reservation`` and ``pecsched-priority`` name the
 three baselines as the PecSched paper does.
+
+Medha (medha.txt §3.3–3.5, §5.3) dispatches first come, first served, runs the
+``medha`` replica scheduler unless ``--local`` says otherwise, and executes the
+cluster's plan (``spp``, ``kvp``) stage by stage and group by group
+(:mod:`~infermax.cluster.plans`, ``plan`` = its preset there):
+
+=================  ====================================================================
+medha-3d           TP × SPP × KVP, KVP groups onboarded as a request's KV grows (Fig. 12)
+medha-2d           TP × SPP (the cluster's kvp must be 1)
+medha-3d-static    ablation: every request striped over all KVP groups (Fig. 11's setting)
+medha-3d-pp        ablation: plain PP instead of SPP (a chunk waits for its predecessor to
+                   leave the last stage, Fig. 7a)
+=================  ====================================================================
 """
 from __future__ import annotations
 
@@ -38,6 +51,8 @@ class ClusterPolicy:
     disaggregate: bool = False
     colocate: bool = False
     fast_sp: bool = False
+    plan: str = ""             # executed-plan preset (cluster/plans.py PRESETS); "" = its default
+    local: str = ""            # the replica scheduler it runs when none is given ("" = the caller's)
 
     @property
     def exclusive(self) -> bool:
@@ -54,6 +69,10 @@ _POLICIES = {
     "pecsched-dis": ClusterPolicy("pecsched-dis", "pecsched", True, False, True, True),
     "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
     "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
+    "medha-3d": ClusterPolicy("medha-3d", "fifo", plan="3d", local="medha"),
+    "medha-2d": ClusterPolicy("medha-2d", "fifo", plan="2d", local="medha"),
+    "medha-3d-static": ClusterPolicy("medha-3d-static", "fifo", plan="3d-static", local="medha"),
+    "medha-3d-pp": ClusterPolicy("medha-3d-pp", "fifo", plan="3d-pp", local="medha"),
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

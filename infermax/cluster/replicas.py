@@ -40,7 +40,8 @@ class Replicas:
     """The replicas (built on first use), their flags, the event heap and the per-replica event logs."""
 
     def __init__(self, workload: Workload, limits: Limits, cost: Any, scheduler: Any, serves: np.ndarray,
-                 fast_forward: bool, decode_pool: np.ndarray, touched: Callable[[int], None]) -> None:
+                 fast_forward: bool, decode_pool: np.ndarray, touched: Callable[[int], None],
+                 plans: Any = None) -> None:
         from infermax.schedulers import get_scheduler
 
         R = int(decode_pool.size)
@@ -50,6 +51,7 @@ class Replicas:
         self.fast_forward = fast_forward
         self.decode_pool = decode_pool
         self.touched = touched                      # the load index's "replica r changed"
+        self.plans = plans                          # executed plans (cluster/plans.py), or None
         self._runners: list[ReplicaRunner | None] = [None] * R
         self._schedulers: list[Any] = [None] * R
         self.built: list[int] = []                  # indices of the built replicas, in order of building
@@ -74,10 +76,16 @@ class Replicas:
         if runner is None:
             t0 = time.perf_counter()
             sched = self._get_scheduler(self._scheduler_spec)
-            state = ServingState(self.workload, self.limits, self.cost, dispatched=True)
+            plans = self.plans
+            cost = self.cost if plans is None else plans.executor(r).cost
+            state = ServingState(self.workload, self.limits, cost, dispatched=True)
             state.serves = self._serves
             sched.reset(state)
-            runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), self.workload.ids, self.fast_forward)
+            if plans is None:
+                runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), self.workload.ids,
+                                       self.fast_forward)
+            else:
+                runner = plans.runner(r, state, sched, _BatchList(), TraceRecorder(), self.workload.ids)
             self._runners[r], self._schedulers[r] = runner, sched
             self.built.append(r)
             self.build_s += time.perf_counter() - t0

@@ -44,6 +44,7 @@ class ClusterResult:
     migrations: tuple[dict, ...] = ()
     events: tuple[tuple[tuple, ...], ...] = ()      # per replica: (before_batch, time, kind, request, ...)
     options: dict = field(default_factory=dict)     # the engine's options (sp_replicas, decode_replicas, ...)
+    plans: tuple[dict, ...] = ()                    # per replica: its executed plan's record (cluster/plans.py)
 
     @property
     def num_preemptions(self) -> int:
@@ -89,7 +90,8 @@ def assemble(engine: Any) -> ClusterResult:
                          dispatch_s=disp.dispatch_s.copy(), replica_busy_s=busy,
                          decision_s=np.array(disp.decisions), decode_replica_of=engine.migrations.decode_of.copy(),
                          gangs=tuple(gangs.gangs), migrations=tuple(engine.migrations.records),
-                         events=tuple(tuple(e) for e in reps.events), options=engine.options)
+                         events=tuple(tuple(e) for e in reps.events), options=engine.options,
+                         plans=engine.plans.records(R) if engine.plans is not None else ())
 
 
 def _merged_trace(engine: Any, built: list[int], batches_of: dict[int, dict[str, np.ndarray]]) -> Trace:

@@ -17,7 +17,11 @@ A :class:`ClusterSchedule` holds
   order: prefill segments ``{"phase": "prefill", "start_s", "end_s", "units":
   [from, to], "switch_s", "suspended"}`` and decode steps ``{"phase": "decode",
   "start_s", "end_s", "gen", "shares", "colocated": [[replica, batch], ...]}``;
-- ``migrations``: ``{"request", "src", "dst", "sent_s", "arrive_s", "bytes"}``.
+- ``migrations``: ``{"request", "src", "dst", "sent_s", "arrive_s", "bytes"}``;
+- ``plans`` (only when the cluster executes its plan: spp or kvp > 1): per replica,
+  its stages and KVP groups as run (:meth:`~infermax.cluster.plans.PlanExecutor.record`:
+  per batch its entry, stage time, stage start times and KV per group after it; every
+  KVP onboarding as ``[batch, request, group, first position]``).
 
 Request references are workload ids. ``meta`` names the cluster (its spec
 string), the policy, the workload, the limits, the cost model and the engine's
@@ -44,6 +48,7 @@ class ClusterSchedule:
     events: tuple[tuple[tuple, ...], ...]
     gangs: tuple[dict, ...]
     migrations: tuple[dict, ...]
+    plans: tuple[dict, ...] = ()
 
     @classmethod
     def from_result(cls, result: Any) -> "ClusterSchedule":
@@ -58,14 +63,15 @@ class ClusterSchedule:
         migrations = tuple(dict(m, request=int(ids[m["request"]])) for m in result.migrations)
         meta = {"cluster": result.cluster.to_spec(), "policy": result.policy, "options": dict(result.options),
                 **{k: v for k, v in result.schedules[0].meta.items() if k not in ("replica",)}}
-        return cls(meta=meta, replicas=result.schedules, events=events, gangs=gangs, migrations=migrations)
+        return cls(meta=meta, replicas=result.schedules, events=events, gangs=gangs, migrations=migrations,
+                   plans=tuple(dict(p) for p in result.plans))
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "meta": self.meta,
                 "replicas": [s.to_dict() for s in self.replicas],
                 "events": [[list(e) for e in ev] for ev in self.events],
                 "gangs": [dict(g, steps=[_plain(s) for s in g["steps"]]) for g in self.gangs],
-                "migrations": list(self.migrations)}
+                "migrations": list(self.migrations), **({"plans": list(self.plans)} if self.plans else {})}
 
     def to_json(self, path: "str | Path | None" = None) -> str:
         text = json.dumps(self.to_dict())
@@ -85,7 +91,8 @@ class ClusterSchedule:
             raise ValueError(f"cluster schedule: {len(doc['events'])} event lists for {len(doc['replicas'])} replicas")
         return cls(meta=dict(doc["meta"]), replicas=tuple(Schedule.from_dict(s) for s in doc["replicas"]),
                    events=tuple(tuple(tuple(e) for e in ev) for ev in doc["events"]),
-                   gangs=tuple(dict(g) for g in doc["gangs"]), migrations=tuple(dict(m) for m in doc["migrations"]))
+                   gangs=tuple(dict(g) for g in doc["gangs"]), migrations=tuple(dict(m) for m in doc["migrations"]),
+                   plans=tuple(dict(p) for p in doc.get("plans", ())))
 
     @classmethod
     def from_json(cls, text_or_path: "str | Path") -> "ClusterSchedule":

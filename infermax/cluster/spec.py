@@ -5,9 +5,15 @@ pecsched.txt §6.2's testbed for Mistral 7B: 32 A100-80GB, one replica per GPU.
 Keys (all optional but the GPU name in front):
 
 - ``nodes`` (1), ``gpus_per_node`` (the GPU's default, 8), ``model`` (``llama2-7b``);
-- the replica's parallel plan: ``tp``, ``pp``, ``sp``, ``kvp`` (1) and ``sp_kind``
-  (:class:`~infermax.costmodel.parallel.ParallelConfig`; only TP places replicas
-  today, the other degrees are carried for the plans of later issues);
+- the replica's parallel plan: ``tp``, ``pp``, ``spp``, ``sp``, ``kvp`` (1) and ``sp_kind``
+  (:class:`~infermax.costmodel.parallel.ParallelConfig`). ``pp`` is plain pipeline
+  parallelism, priced as one batch passing every stage in turn (the cost model's
+  latency); ``spp`` (medha.txt §3.3) is the same number of stages *executed*: a
+  request's next prefill chunk enters stage 1 as soon as its previous chunk left
+  stage 1 (:mod:`~infermax.cluster.plans`). At most one of them is above 1. ``kvp``
+  shards a request's KV over KVP groups (§3.4); with ``spp`` or ``kvp`` above 1 the
+  replica's plan is executed stage by stage and group by group
+  (:mod:`~infermax.cluster.plans`), otherwise priced by the cost model as before;
 - ``util`` (0.9), the share of GPU memory for weights and KV (vLLM's
   ``gpu_memory_utilization``); a replica's KV capacity M is
   ``kv_capacity_tokens`` of its plan;
@@ -23,6 +29,7 @@ the network, the measured line is used (per GPU); elsewhere the bandwidth bound.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -34,8 +41,8 @@ from infermax.costmodel.communication import DEFAULT_LATENCY_S, comm_model
 from infermax.costmodel.parallel import ParallelConfig, parallel_kv_capacity_tokens
 from infermax.costmodel.specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec
 
-_KEYS = ("nodes", "gpus_per_node", "model", "tp", "pp", "sp", "kvp", "sp_kind", "util", "net_gbps")
-_INT_KEYS = ("nodes", "gpus_per_node", "tp", "pp", "sp", "kvp")
+_KEYS = ("nodes", "gpus_per_node", "model", "tp", "pp", "spp", "sp", "kvp", "sp_kind", "util", "net_gbps")
+_INT_KEYS = ("nodes", "gpus_per_node", "tp", "pp", "spp", "sp", "kvp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,18 +66,22 @@ class Cluster:
     plan: ParallelConfig = field(default_factory=ParallelConfig)
     util: float = 0.9
     net_gbps: float | None = None
+    spp: int = 1                     # sequence-pipeline stages (medha §3.3); the plan's pp stays 1 then
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpu", get_gpu_spec(self.gpu))
         object.__setattr__(self, "model", get_model_spec(self.model))
         if self.gpus_per_node == 0:
             object.__setattr__(self, "gpus_per_node", self.gpu.gpus_per_node)
-        for name in ("nodes", "gpus_per_node"):
+        for name in ("nodes", "gpus_per_node", "spp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Cluster.{name} must be an integer >= 1, got {value!r}")
         if not isinstance(self.plan, ParallelConfig):
             raise TypeError(f"Cluster.plan must be a ParallelConfig, got {type(self.plan).__name__}")
+        if self.spp > 1 and self.plan.pp > 1:
+            raise ValueError(f"Cluster.spp = {self.spp} with pp = {self.plan.pp}: a replica's stages are either "
+                             f"plain pipeline stages (pp) or sequence-pipeline stages (spp), not both")
         if isinstance(self.util, bool) or not isinstance(self.util, (int, float)) or not 0 < self.util <= 1:
             raise ValueError(f"Cluster.util must be in (0, 1], got {self.util!r}")
         if self.net_gbps is not None and (isinstance(self.net_gbps, bool)
@@ -79,13 +90,13 @@ class Cluster:
             raise ValueError(f"Cluster.net_gbps must be a finite number > 0, got {self.net_gbps!r}")
         g, per_node = self.replica_gpus, self.gpus_per_node
         if g <= per_node and per_node % g:
-            raise ValueError(f"a replica of {g} GPUs ({self.plan.to_text()}) does not tile a node of "
+            raise ValueError(f"a replica of {g} GPUs ({self.cost_plan.to_text()}) does not tile a node of "
                              f"{per_node} GPUs: gpus_per_node must be a multiple of {g}")
         if g > per_node and g % per_node:
-            raise ValueError(f"a replica of {g} GPUs ({self.plan.to_text()}) spans nodes of {per_node} GPUs "
+            raise ValueError(f"a replica of {g} GPUs ({self.cost_plan.to_text()}) spans nodes of {per_node} GPUs "
                              f"unevenly: use whole nodes (a multiple of {per_node} GPUs)")
         if g > self.num_gpus:
-            raise ValueError(f"a replica needs {g} GPUs ({self.plan.to_text()}) but the cluster has "
+            raise ValueError(f"a replica needs {g} GPUs ({self.cost_plan.to_text()}) but the cluster has "
                              f"{self.num_gpus} ({self.nodes} nodes x {per_node})")
         self.replicas   # fail now, with the capacity's message, if the weights do not fit
 
@@ -118,12 +129,16 @@ class Cluster:
                 kind = "an integer" if key in _INT_KEYS else "a number"
                 raise ValueError(f"cluster spec {text!r}: {key} must be {kind}, got {raw!r}") from None
         plan = ParallelConfig(**{k: values.pop(k) for k in ("tp", "pp", "sp", "kvp", "sp_kind") if k in values})
+        if "spp" in values and values["spp"] < 1:
+            raise ValueError(f"cluster spec {text!r}: spp must be an integer >= 1, got {values['spp']!r}")
         return cls(gpu=gpu.strip(), model=values.pop("model", "llama2-7b"), plan=plan, **values)
 
     def to_spec(self) -> str:
         """The inverse of :meth:`from_spec`."""
         parts = [f"nodes={self.nodes}", f"gpus_per_node={self.gpus_per_node}", f"model={self.model.name}",
                  *(f"{k}={getattr(self.plan, k)}" for k in ("tp", "pp", "sp", "kvp") if getattr(self.plan, k) > 1)]
+        if self.spp > 1:
+            parts.append(f"spp={self.spp}")
         if self.plan.sp > 1:
             parts.append(f"sp_kind={self.plan.sp_kind}")
         if self.util != 0.9:
@@ -139,13 +154,23 @@ class Cluster:
 
     @property
     def replica_gpus(self) -> int:
-        return self.plan.num_gpus
+        return self.cost_plan.num_gpus
+
+    @property
+    def cost_plan(self) -> ParallelConfig:
+        """The plan the cost model prices: ``spp`` stages are pipeline stages (``pp``) to it."""
+        return self.plan if self.spp == 1 else dataclasses.replace(self.plan, pp=self.spp)
+
+    @property
+    def executes_plan(self) -> bool:
+        """Is the replica's timing executed stage by stage and KVP group by group (spp or kvp above 1)?"""
+        return self.spp > 1 or self.plan.kvp > 1
 
     @cached_property
     def replica_kv_capacity_tokens(self) -> int:
         """M of every replica (they are identical): GPU memory minus weights, in KV tokens."""
         try:
-            return parallel_kv_capacity_tokens(self.model, self.gpu, self.plan, self.util)
+            return parallel_kv_capacity_tokens(self.model, self.gpu, self.cost_plan, self.util)
         except ValueError as exc:
             raise ValueError(f"cluster {self.to_spec_safe()}: {exc}") from None
 
@@ -169,7 +194,7 @@ class Cluster:
 
     def to_spec_safe(self) -> str:
         return f"{self.gpu.name}:nodes={self.nodes},gpus_per_node={self.gpus_per_node},model={self.model.name}," \
-               f"{self.plan.to_text()}"
+               f"{self.plan.to_text()}" + (f",spp={self.spp}" if self.spp > 1 else "")
 
     def same_node(self, a: int, b: int) -> bool:
         """Do replicas ``a`` and ``b`` share a node (all of a multi-node replica counts as its first node)?"""
@@ -215,7 +240,7 @@ class Cluster:
         from infermax.costmodel.catalog import fitted_names
         name = f"{self.gpu.name}/{self.model.name}"
         base = name if name in fitted_names() else f"scaled:{name}"
-        return base if self.plan.is_single_gpu else f"{base}@{self.plan.to_text()}"
+        return base if self.cost_plan.is_single_gpu else f"{base}@{self.cost_plan.to_text()}"
 
     def cost_model(self) -> Any:
         """The replica's batch-time model (:meth:`cost_model_name`), built once per cluster: fast SP prices
@@ -229,6 +254,7 @@ class Cluster:
 
     def describe(self) -> dict[str, Any]:
         return {"spec": self.to_spec(), "cost_model": self.cost_model_name(), "gpu": self.gpu.name, "model": self.model.name, "nodes": self.nodes,
-                "gpus_per_node": self.gpus_per_node, "num_gpus": self.num_gpus, "plan": self.plan.to_text(),
+                "gpus_per_node": self.gpus_per_node, "num_gpus": self.num_gpus,
+                "plan": self.plan.to_text() + (f",spp={self.spp}" if self.spp > 1 else ""),
                 "num_replicas": self.num_replicas, "replica_kv_capacity_tokens": self.replica_kv_capacity_tokens,
                 "nvlink_Bps_per_gpu": self.gpu_bandwidth(True), "network_Bps_per_gpu": self.gpu_bandwidth(False)}
