@@ -17,8 +17,14 @@ pipeline-parallel plans) pays per member the parallel model's slopes / k on the 
 plus communication (:mod:`infermax.costmodel.parallel`), so its replica-seconds are at least the
 same work: dividing compute k ways never removes any of it.
 
+**Pipelines.** A replica of p stages (``spp``, executed, or ``pp``, priced) holds up to p batches at
+once, each stage busy with a batch for its stage time, compute / p plus one hop: p stage-times are
+at least the batch's latency in the replica's model (compute plus p − 1 hops), so such a replica
+counts as p machines. KVP groups run one batch together, its attention the slowest group's (at
+least the model's even split).
+
 **Fluid machine.** Spread every batch's per-request charges over its duration: the cluster is
-then a preemptive schedule on R unit-speed machines (one per replica) in which request i's work
+then a preemptive schedule on R unit-speed machines (R = replicas × stages) in which request i's work
 w_i runs after its arrival and is done by its event (first token or completion); a request may
 even run on several machines at once. One machine of speed R can follow any such schedule, and
 on it preemptive SRPT with release dates completes at every instant at least as many jobs as any
@@ -72,7 +78,8 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     co = linear_coefficients(get_cost_model(cost if cost is not None else cluster.cost_model_name()),
                              "the cluster bound")
     chosen = subset(workload, members(workload, obj.tag))
-    R = float(cluster.num_replicas)
+    stages = max(int(getattr(cluster, "spp", 1)), cluster.plan.pp)
+    R = float(cluster.num_replicas * stages)       # machines: a pipelined replica runs a batch per stage
     T = chosen.arrivals_s.astype(np.float64)
     event = "ttft" if obj.metric == "ttft" else "e2e"
     absolute = np.full(len(chosen), -np.inf)
@@ -95,7 +102,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     else:
         value = quantile_of_sorted(np.sort(flow), obj.quantile)
     value -= SAFETY * abs(value)
-    cert = {"replicas": int(R), "num_requests": len(chosen), "cost": co.__class__.__name__}
+    cert = {"replicas": cluster.num_replicas, "stages": stages, "num_requests": len(chosen)}
     if obj.metric == "throughput":
         value = float(chosen.output_lens.sum()) / value if value > 0 else float("inf")
     return Bound(value=value, method="cluster-fluid", objective=objective, certificate=cert,

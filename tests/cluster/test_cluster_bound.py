@@ -69,3 +69,17 @@ def test_bound_cli_with_a_cluster(capsys):
     assert all(r["value"] >= r["bound"] and 0 <= r["certified_gap_%"] < 100 for r in out["results"])
     assert main(args[:4] + ["vllm"] + args[5:]) == 2
     assert "--scheduler 'vllm' is not a cluster policy" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec, policy", [("h100:nodes=2,gpus_per_node=8,model=llama3-8b,tp=4,spp=2,kvp=2", "medha-3d"),
+                                          ("h100:nodes=1,gpus_per_node=8,model=llama3-8b,tp=2,spp=4", "medha-3d-pp")])
+def test_executed_pipelines_count_a_machine_per_stage(spec, policy):
+    """A pipelined replica holds a batch per stage: the bound counts replicas x stages and stays below."""
+    w = Workload.from_lengths([200000, 4000, 3000, 120000, 500, 800], [16, 32, 32, 8, 64, 64],
+                              [0, 0.5, 1.0, 2.0, 2.5, 3.0])
+    cluster = Cluster.from_spec(spec)
+    res = simulate_cluster(w, cluster, policy)
+    for objective in ("latency", "ttft", "e2e", "ttft_p90"):
+        b = cluster_lower_bound(w, cluster, objective)
+        assert b.certificate["stages"] == max(cluster.spp, cluster.plan.pp) > 1
+        assert _valid(objective, measured_value(objective, res), b.value), objective
