@@ -148,7 +148,7 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost) for o in objectives}
     rows, code = [], 0
     for policy in policies:
-        res = simulate_cluster(workload, cluster, policy, "vllm", cost=args.cost)
+        res = simulate_cluster(workload, cluster, policy, None, cost=args.cost)
         for o, b in bounds.items():
             value = measured_value(o, res)
             sign = -1.0 if o == "throughput" else 1.0
