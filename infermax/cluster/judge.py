@@ -27,6 +27,9 @@ message prefixed by the replica; the gang rules live in
   at a time; decode steps after the prefill, in time order, gen = 1, 2, ...;
 - ``gang-time``: a decode step no shorter than its slowest member plus the Q and
   partial-output exchange (``decode_comm_s``);
+- ``q-ship`` (CSPS): a decode step ships the token's Q (``q_ship``, at least the
+  priced first-layer transfer) before any member attends; the rest of the Q
+  transfers and the merges follow the members' attention (``gang-time``);
 - ``resume``: prefill segments cover the kernel units contiguously from 0, in
   time order, each as long as its units (plus the switch when resuming), every
   suspended one followed by another, the last one not suspended;

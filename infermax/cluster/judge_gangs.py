@@ -17,6 +17,7 @@ import numpy as np
 
 from infermax.types import Workload
 
+from .csps import decode_phases
 from .gang import DECODE, PREFILL, decode_comm_s, make_gang
 from .policies import get_policy
 from .spec import Cluster
@@ -107,12 +108,21 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
 
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
     """The gang as the cluster prices it: the policy's SP plan, else the cheaper of fast SP and ring."""
+    csps = _csps_of(meta)
     try:
         plans = [get_policy(meta["policy"]).fast_sp]
     except (KeyError, ValueError):
         plans = [True, False]
-    refs = [make_gang(cluster, gid, i, members, I, O, fast) for fast in plans]
+    refs = [make_gang(cluster, gid, i, members, I, O, fast, csps) for fast in plans]
     return min(refs, key=lambda x: x.prefill_s)
+
+
+def _csps_of(meta: dict) -> Any:
+    """The CSPS variant of the schedule's policy (None for the others)."""
+    try:
+        return get_policy(meta["policy"]).csps
+    except (KeyError, ValueError):
+        return None
 
 
 def _check_price(where: str, g: dict, ref: Any, k: int, peak: int) -> None:
@@ -204,7 +214,8 @@ def colocated_batches(gangs: list[JudgedGang], R: int) -> list[dict[int, tuple[J
 # --- against the replayed replicas ------- ---------------------------------------------------------------
 def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: Cluster, meta: dict) -> None:
     cap = (meta.get("options") or {}).get("colocate_tokens")
-    comm = decode_comm_s(cluster, g.members)
+    csps = _csps_of(meta) is not None
+    q_ship, comm = decode_phases(cluster, g.members) if csps else (0.0, decode_comm_s(cluster, g.members))
     where = f"gang {g.gid} (request {g.rid})"
     for r in g.members:
         run = runs[r]
@@ -219,7 +230,11 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
             start, end = float(s["start_s"]), float(s["end_s"])
             j = g.colocated.get((k, r))
             here = f"{where}, decode step {k} [{start!r}, {end!r}] s on replica {r}"
-            busy_until = start + float(cost.batch_time(_ONE, np.array([s["shares"][g.members.index(r)]]), _DECODE))
+            attend = _q_arrival(s, here, start, q_ship) if csps else start
+            busy_until = attend + float(cost.batch_time(_ONE, np.array([s["shares"][g.members.index(r)]]), _DECODE))
+            if j is not None and csps and not at_least(float(starts[j]), attend):
+                raise ClusterScheduleError("q-ship", f"{here}: its colocated batch {j} attends from "
+                                           f"{float(starts[j])!r} s, before the token's Q arrives at {attend!r} s")
             if j is not None:
                 if starts[j] < start or ends[j] > end:
                     raise ClusterScheduleError("gang-busy", f"{here}: its colocated batch {j} [{float(starts[j])!r}, "
@@ -238,6 +253,20 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
                 raise ClusterScheduleError("gang-time", f"{here}: ends at {end!r} s, before the member's decode "
                                            f"({busy_until!r} s) plus the Q/output exchange ({comm!r} s)")
         _check_hold(g, r, run)
+
+
+def _q_arrival(step: dict, here: str, start: float, q_ship: float) -> float:
+    """Rule ``q-ship`` (CSPS decode, csps.txt §4.2): the step ships the token's Q from its start for at least
+    the priced first-layer transfer; the members attend only after it arrives. The arrival time."""
+    try:
+        sent, arrived = (float(x) for x in step["q_ship"])
+    except (KeyError, TypeError, ValueError):
+        raise ClusterScheduleError("format", f"{here}: a CSPS decode step needs q_ship = [sent_s, arrived_s]"
+                                   ) from None
+    if not at_least(sent, start) or not at_least(arrived - sent, q_ship):
+        raise ClusterScheduleError("q-ship", f"{here}: ships Q over [{sent!r}, {arrived!r}] s; it must start with "
+                                   f"the step and take at least {q_ship!r} s")
+    return arrived
 
 
 def _first_overlap(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float, skip: int | None = None

@@ -22,10 +22,20 @@ pecsched-fsp       yes         yes            yes          **ring** (ablation /F
 
 ``pecsched-fifo``, ``pecsched-reservation`` and ``pecsched-priority`` name the
 three baselines as the PecSched paper does.
+
+The CSPS policies (csps.txt; :mod:`~infermax.cluster.csps`) carry a
+:class:`~infermax.cluster.csps.CspsVariant`: ``csps`` (SP-NTP or SP-TP per
+request, CSA, three-phase pipelining, Q-shipping decode colocated with shorter
+requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
+(fixed SP-NTP), ``csps-tp`` (fixed SP-TP), ``csps-plain`` (neither CSA nor
+pipelining); first come, first served, no preemption.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from .csps import VARIANTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +48,12 @@ class ClusterPolicy:
     disaggregate: bool = False
     colocate: bool = False
     fast_sp: bool = False
+    csps: Any = None           # a CspsVariant: the gang runs CSPS's SP plans (queue "csps")
 
     @property
     def exclusive(self) -> bool:
         """A gang's replicas take no other work from its formation to its request's completion."""
-        return self.queue != "pecsched"
+        return self.queue not in ("pecsched", "csps")
 
 
 _POLICIES = {
@@ -54,6 +65,7 @@ _POLICIES = {
     "pecsched-dis": ClusterPolicy("pecsched-dis", "pecsched", True, False, True, True),
     "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
     "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
+    **{name: ClusterPolicy(name, "csps", colocate=True, csps=v) for name, v in VARIANTS.items()},
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
