@@ -34,7 +34,7 @@ def _ratio_over_grid(metric: str, num: str, den: str):
 
 
 _CAUSE_TTFT = ("our Sarathi-Serve's TTFT is mostly queueing (8 replicas of 8 GPUs, ~100K-token prompts at "
-               "1 request/s); CSPS's is the SP prefill, whose causal attention dominates (84-97 % of a lone "
+               "1 request/s); CSPS's is the SP prefill, whose causal attention dominates (83-97 % of a lone "
                "prefill, our cost model's attention slope), so SP over N GPUs gains at most N on it and the "
                "paper's CSA/pipelining gains are small here")
 csps("§5.3, Fig. 14", "CSPS cuts the average TTFT vs Sarathi-Serve by up to 7.5x (6.1-7.5x over models and "
@@ -55,7 +55,7 @@ csps("§5.3, Table 4", "... and its decode throughput by 4.3-5.2x", Effect(lo=4.
     _ratio_over_grid("decode_tps", "csps", "sarathi-serve"))
 csps("§5.3, Table 4", "CSPS-NTP's prefill throughput is 23-35 % higher than CSPS-TP's",
      Effect(lo=1.23, hi=1.35, unit="%+"),
-     "attention dominates a long prefill (84-97 %) and pipelining hides most of either kind's communication, "
+     "attention dominates a long prefill (83-97 %) and pipelining hides most of either kind's communication, "
      "so fixing the kind changes the prefill time by a few % at most")(
     _ratio_over_grid("prefill_tps", "csps-ntp", "csps-tp"))
 
@@ -86,7 +86,7 @@ def _fig5(kind: str, lo: float, hi: float):
           Share(lo=lo, hi=hi, tol=0.25),
           "latency (Vidur's measured collective intercepts) and the sharing of a node's 400 Gbit/s link by its "
           "8 GPUs raise the share 2-3x over a bandwidth-only model, but our attention (A100 cost model, "
-          "quadratic in the prompt) is 84-97 % of the prefill; the share is largest where the group leaves "
+          "quadratic in the prompt) is 83-97 % of the prefill; the share is largest where the group leaves "
           "its node (SP-NTP at 1M tokens: 16 GPUs on 2 nodes). SP-TP at 128K tokens per GPU never leaves a "
           "node; at 64K per GPU (2 nodes at 1M tokens, notebook row tp-64k) it reaches the paper's range")
     def measure(df: pd.DataFrame) -> Ours:
