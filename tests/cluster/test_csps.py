@@ -148,3 +148,14 @@ def test_the_judge_rejects_an_underpriced_csps_prefill(run):
         g["prefill_s"] *= 0.5
     with pytest.raises(ClusterScheduleError, match=r"\[gang-price\]"):
         replay_cluster(_doctored(r, cheap), w)
+
+
+def test_sarathi_serve_baseline_serves_long_tagged_prompts_on_one_replica_each():
+    # sp_replicas = 1: no gangs; a long-tagged request's times come from its replica, as an untagged one's
+    w = csps_workload("bookcorpus", n=6, rate_per_s=1.0, seed=1)
+    c = Cluster.from_spec("a100:nodes=2,gpus_per_node=8,model=glm4-9b,tp=8")
+    tagged = simulate_cluster(w, c, "fifo", "sarathi:P=256", sp_replicas=1)
+    untagged = simulate_cluster(w, c, "fifo", "sarathi:P=256", long_tag="none")
+    assert any(r.tag == "long" for r in w.requests) and not tagged.gangs
+    for key in ("first_token_s", "completion_s"):
+        assert (tagged.trace.requests[key] == untagged.trace.requests[key]).all()
