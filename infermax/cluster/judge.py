@@ -21,7 +21,8 @@ message prefixed by the replica; the gang rules live in
   the replica that handed it off, and took at least the last layer's KV transfer
   (and the whole KV's, counted from the prefill's first batch);
 - ``gang-price``: a gang priced below its plan (prefill time, kernel units,
-  resume switch, KV share) or a decode step over fewer KV tokens than cached;
+  resume switch, KV share; a CSPS gang's SP plan: kind, GPUs, micro-partitions,
+  transfer times and bytes) or a decode step over fewer KV tokens than cached;
 - ``gang-busy``: no batch of a member overlaps its gang's prefill segments or
   decode steps except the colocated batch inside its step; one gang per replica
   at a time; decode steps after the prefill, in time order, gen = 1, 2, ...;

@@ -87,6 +87,7 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
     ref = _reference_gang(cluster, gid, i, members, I, O, meta)
     k = len(members)
     _check_price(where, g, ref, k, I + O - 1)
+    _check_plan(where, g, ref)
     segments = [s for s in steps if s.get("phase") == PREFILL]
     decodes = [s for s in steps if s.get("phase") == DECODE]
     if len(segments) + len(decodes) != len(steps):
@@ -123,6 +124,24 @@ def _csps_of(meta: dict) -> Any:
         return get_policy(meta["policy"]).csps
     except (KeyError, ValueError):
         return None
+
+
+def _check_plan(where: str, g: dict, ref: Any) -> None:
+    """A CSPS gang's recorded SP plan is the one its policy prices on its members (kind, GPUs, transfers)."""
+    if ref.plan is None:
+        return
+    got = g.get("plan")
+    if not isinstance(got, dict):
+        raise ClusterScheduleError("format", f"{where}: a CSPS gang needs its SP plan")
+    p = ref.plan
+    for key, want in (("kind", p.kind), ("num_gpus", p.num_gpus), ("micro", p.micro)):
+        if got.get(key) != want:
+            raise ClusterScheduleError("gang-price", f"{where}: plan {key} = {got.get(key)!r}, but its policy's plan "
+                                       f"on members {list(ref.members)} has {want!r}")
+    for key in ("comm_in_s", "comm_out_s", "bytes_per_gpu"):
+        if not at_least(float(got.get(key, -1.0)), getattr(p, key)):
+            raise ClusterScheduleError("gang-price", f"{where}: plan {key} = {got.get(key)!r} < {getattr(p, key)!r}, "
+                                       f"what its transfers take")
 
 
 def _check_price(where: str, g: dict, ref: Any, k: int, peak: int) -> None:

@@ -159,3 +159,17 @@ def test_sarathi_serve_baseline_serves_long_tagged_prompts_on_one_replica_each()
     assert any(r.tag == "long" for r in w.requests) and not tagged.gangs
     for key in ("first_token_s", "completion_s"):
         assert (tagged.trace.requests[key] == untagged.trace.requests[key]).all()
+
+
+def test_the_judge_rejects_a_csps_gang_whose_recorded_plan_is_not_its_policys(run):
+    w, r = run
+
+    def other_kind(step, g):
+        g["plan"]["kind"] = "tp" if g["plan"]["kind"] == "ntp" else "ntp"
+    with pytest.raises(ClusterScheduleError, match=r"\[gang-price\].*plan kind"):
+        replay_cluster(_doctored(r, other_kind), w)
+
+    def free_transfers(step, g):
+        g["plan"]["comm_in_s"] = 0.0
+    with pytest.raises(ClusterScheduleError, match=r"\[gang-price\].*comm_in_s"):
+        replay_cluster(_doctored(r, free_transfers), w)
