@@ -173,3 +173,11 @@ def test_the_judge_rejects_a_csps_gang_whose_recorded_plan_is_not_its_policys(ru
         g["plan"]["comm_in_s"] = 0.0
     with pytest.raises(ClusterScheduleError, match=r"\[gang-price\].*comm_in_s"):
         replay_cluster(_doctored(r, free_transfers), w)
+
+
+def test_a_one_gpu_plan_costs_what_the_replica_cost_model_says():
+    import numpy as np
+    for L in (1_000, 70_000):
+        one = prefill_plan(GLM, L, 1, 1, "ntp")
+        alone = GLM.cost_model().batch_time(np.array([L]), np.array([0]), np.array([False]))
+        assert one.time_s == pytest.approx(alone, rel=1e-12) and one.comm_s == 0
