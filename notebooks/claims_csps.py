@@ -103,7 +103,8 @@ _fig5("ntp", 0.13, 0.34)
 _fig5("tp", 0.39, 0.62)
 
 
-@csps("§4.1, Table 3", "decode: shipping Q is ~1000x faster than moving the KV (1 ms vs 879-1173 ms a layer on 8 GPUs)",
+@csps("§4.1, Table 3",
+      "decode: shipping Q is ~1000x faster than moving the KV (1 ms vs 879-1173 ms a layer on 8 GPUs)",
       Effect(lo=879, hi=1173),
       "per layer on 8 GPUs of one node our KV gather takes tens of ms at 1M tokens (NVLink at the measured "
       "all-reduce bus bandwidth), the paper's over a second; our Q shipping is bound by the measured latency")

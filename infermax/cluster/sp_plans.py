@@ -138,7 +138,8 @@ class NetworkModel:
         flow_Bps = 1 / flow.per_byte_s if flow is not None else g.network_bandwidth
         efficiency = min(1.0, flow_Bps / g.network_bandwidth)
         node = cluster.gpu_bandwidth(False) * cluster.gpus_per_node * efficiency
-        lat = tuple((n, p, line.latency_s) for (kind, n, p), line in sorted(comm.fitted.items()) if kind == "all_reduce")
+        lat = tuple((n, p, line.latency_s) for (kind, n, p), line in sorted(comm.fitted.items())
+                    if kind == "all_reduce")
         return cls(nvlink_Bps=nvlink, flow_Bps=flow_Bps, node_link_Bps=node, latencies=lat)
 
     @classmethod
@@ -280,7 +281,8 @@ def prefill_plan(cluster: Cluster, seq_len: int, num_gpus: int, per_node: int, k
     layer = best + (linear - proj) / L
     return PrefillPlan(kind=kind, num_gpus=n, per_node=min(per_node, n), seq_len=int(seq_len), csa=fr, micro=micro,
                        attention_s=attention, other_s=linear, comm_in_s=L * cin, comm_out_s=L * cout,
-                       exposed_comm_s=L * (best - compute), bytes_per_gpu=L * (vol.comm_in + vol.comm_out) * m.dtype_bytes,
+                       exposed_comm_s=L * (best - compute),
+                       bytes_per_gpu=L * (vol.comm_in + vol.comm_out) * m.dtype_bytes,
                        time_s=L * layer)
 
 
