@@ -23,7 +23,9 @@ requests' work beside it; the hyper-parameters are fixed per variant, not
 regressed (§3.2.6), so there is no "Oracle".
 
 Variants (the policies ``csps``, ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``,
-``csps-tp``, ``csps-plain``), registered in :mod:`~infermax.cluster.policies`.
+``csps-tp``, ``csps-plain``, ``csps-kvdecode``: the decode gathers the KV at the
+first member every layer instead of shipping Q), registered in
+:mod:`~infermax.cluster.policies`.
 
 Workloads: :func:`csps_workload` draws inputs and outputs log-normally to Table 2's
 median and p99 of NeedleBench and BookCorpus (inputs clipped to [1K, 1M], the
@@ -38,7 +40,8 @@ import numpy as np
 
 from infermax.types import Request, Workload
 
-from .sp_plans import KINDS, NetworkModel, PrefillPlan, choose_sp_kind, decode_comm_phases, prefill_plan
+from .sp_plans import (KINDS, NetworkModel, PrefillPlan, choose_sp_kind, decode_comm_phases, decode_layer_bytes,
+                       prefill_plan)
 from .spec import Cluster
 
 SPT_TOKENS = 65_536
@@ -47,12 +50,14 @@ SPT_TOKENS = 65_536
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CspsVariant:
     """What a CSPS policy does: the SP kind (``auto``: per request, App. A), CSA (levels, level-2 drop ratio
-    p; None: off), three-phase pipelining, the SPT length."""
+    p; None: off), three-phase pipelining, the SPT length, and the decode: ship Q to the KV holders (``q``,
+    §4.2) or gather their KV at the first member every step (``kv``, what O4 / Table 3 compare it with)."""
 
     kind: str = "auto"
     csa: tuple[int, float] | None = (2, 0.25)
     pipeline: bool = True
     spt_tokens: int = SPT_TOKENS
+    decode: str = "q"
 
     def __post_init__(self) -> None:
         if self.kind not in ("auto", *KINDS):
@@ -61,6 +66,8 @@ class CspsVariant:
             levels, p = self.csa
             if isinstance(levels, bool) or not isinstance(levels, int) or levels < 1 or not 0 <= p <= 1:
                 raise ValueError(f"CspsVariant.csa must be (levels >= 1, drop ratio in [0, 1]), got {self.csa!r}")
+        if self.decode not in ("q", "kv"):
+            raise ValueError(f"CspsVariant.decode must be 'q' or 'kv', got {self.decode!r}")
         if isinstance(self.spt_tokens, bool) or not isinstance(self.spt_tokens, int) or self.spt_tokens < 1:
             raise ValueError(f"CspsVariant.spt_tokens must be an integer >= 1, got {self.spt_tokens!r}")
 
@@ -77,6 +84,7 @@ VARIANTS = {
     "csps-ntp": CspsVariant(kind="ntp"),
     "csps-tp": CspsVariant(kind="tp"),
     "csps-plain": CspsVariant(csa=None, pipeline=False),
+    "csps-kvdecode": CspsVariant(decode="kv"),
 }
 
 
@@ -108,6 +116,15 @@ def decode_phases(cluster: Cluster, members: tuple[int, ...]) -> tuple[float, fl
     """(Q shipped before attention, transfers after it) of one decode step of a gang (§4.2)."""
     n, per_node = gang_layout(cluster, members)
     return decode_comm_phases(cluster, n, per_node, network(cluster))
+
+
+def kv_gather_phases(cluster: Cluster, members: tuple[int, ...], context_tokens: int) -> tuple[float, float]:
+    """(before the first member's attention, after it) of a decode step that gathers the KV instead: every
+    layer the first member receives the other members' shards of that layer's K and V, then attends alone."""
+    n, per_node = gang_layout(cluster, members)
+    m = cluster.model
+    layer = network(cluster).fan_s(decode_layer_bytes(int(context_tokens), m, n, "kv"), n, per_node)
+    return layer, (m.num_layers - 1) * layer
 
 
 _NETWORKS: dict[str, NetworkModel] = {}

@@ -24,7 +24,7 @@ import numpy as np
 
 from infermax.trace import TraceRecorder
 
-from .csps import decode_phases
+from .csps import decode_phases, kv_gather_phases
 from .gang import DECODE, DONE, PREFILL, WAIT, Gang, decode_comm_s, make_gang
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
 from .policies import ClusterPolicy
@@ -181,13 +181,22 @@ class GangRunner:
         shares = g.decode_shares()
         ends, colocated = [], []
         q_ship, comm = self._decode_comm(g)         # CSPS: the first layer's Q reaches the members first
+        attend = shares
+        gather = self.pol.csps is not None and self.pol.csps.decode == "kv"
+        if gather:                                  # the first member gathers the KV and attends alone
+            q_ship, comm = kv_gather_phases(self.cluster, g.members, int(shares.sum()))
+            attend = np.zeros_like(shares)
+            attend[0] = shares.sum()
         for j, r in enumerate(g.members):
-            ends.append(self._member_decode(g, r, int(shares[j]), start + q_ship, colocated))
+            if attend[j]:
+                ends.append(self._member_decode(g, r, int(attend[j]), start + q_ship, colocated))
         end = max(ends) + comm
         step = {"phase": DECODE, "start_s": start, "end_s": end, "gen": g.gen, "shares": shares.tolist(),
                 "colocated": colocated}
         if self.pol.csps is not None:
-            step["q_ship"] = [start, start + q_ship]
+            step["kv_gather" if gather else "q_ship"] = [start, start + q_ship]
+        if gather:
+            step["attend"] = attend.tolist()
         g.steps.append(step)
         self._begin(g, start, end)
 

@@ -56,8 +56,8 @@ from infermax.state import DONE, ScheduleError, ServingState
 from infermax.trace import Trace, TraceRecorder
 from infermax.types import Limits, Workload
 
-from .judge_gangs import (REL_TOL, ClusterScheduleError, JudgedGang, at_least, check_gang_on_replicas,
-                          check_one_gang_at_a_time, colocated_batches, read_gang)
+from .judge_gangs import (REL_TOL, ClusterScheduleError, JudgedGang, at_least, attended_tokens,
+                          check_gang_on_replicas, check_one_gang_at_a_time, colocated_batches, read_gang)
 from .schedule import ClusterSchedule
 from .spec import Cluster
 
@@ -225,7 +225,8 @@ def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: 
         extra = None
         if j in colocated:
             g, step, member = colocated[j]
-            extra = (_ONE, np.array([g.decodes[step]["shares"][member]], dtype=np.int64), _DECODE)
+            tokens = attended_tokens(g.decodes[step], member, g.gather)
+            extra = (_ONE, np.array([tokens], dtype=np.int64), _DECODE)
         run.held[j] = state.external_kv
         try:
             start, duration, record = state.apply(idx, batch.tokens, evict, batch.not_before_s, extra)

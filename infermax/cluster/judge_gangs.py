@@ -17,7 +17,7 @@ import numpy as np
 
 from infermax.types import Workload
 
-from .csps import decode_phases
+from .csps import decode_phases, kv_gather_phases
 from .gang import DECODE, PREFILL, decode_comm_s, make_gang
 from .policies import get_policy
 from .spec import Cluster
@@ -57,6 +57,7 @@ class JudgedGang:
     decodes: list[dict]
     gaps: list[tuple[float, float]]     # (suspended at, resumed at)
     colocated: dict = field(default_factory=dict)   # (decode step, member) -> its colocated batch there
+    gather: bool = False          # csps-kvdecode: the first member gathers the KV and attends alone
 
     @property
     def start_s(self) -> float:
@@ -99,6 +100,8 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
     out = JudgedGang(gid, i, rid, members, int(g["share_tokens"]), float(g["prefill_s"]) / int(g["units"]),
                 float(g["switch_s"]), math.ceil(ref.saved_bytes / cluster.model.kv_bytes_per_token),
                 segments, decodes, [])
+    variant = _csps_of(meta)
+    out.gather = variant is not None and variant.decode == "kv"
     if out.start_s < float(workload.arrivals_s[i]):
         raise ClusterScheduleError("arrival", f"{where}: prefill starts at {out.start_s!r} s, before the request "
                                    f"arrives at {float(workload.arrivals_s[i])!r} s")
@@ -233,7 +236,8 @@ def colocated_batches(gangs: list[JudgedGang], R: int) -> list[dict[int, tuple[J
 # --- against the replayed replicas ------- ---------------------------------------------------------------
 def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: Cluster, meta: dict) -> None:
     cap = (meta.get("options") or {}).get("colocate_tokens")
-    csps = _csps_of(meta) is not None
+    variant = _csps_of(meta)
+    csps, gather = variant is not None, variant is not None and variant.decode == "kv"
     q_ship, comm = decode_phases(cluster, g.members) if csps else (0.0, decode_comm_s(cluster, g.members))
     where = f"gang {g.gid} (request {g.rid})"
     for r in g.members:
@@ -249,8 +253,11 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
             start, end = float(s["start_s"]), float(s["end_s"])
             j = g.colocated.get((k, r))
             here = f"{where}, decode step {k} [{start!r}, {end!r}] s on replica {r}"
-            attend = _q_arrival(s, here, start, q_ship) if csps else start
-            busy_until = attend + float(cost.batch_time(_ONE, np.array([s["shares"][g.members.index(r)]]), _DECODE))
+            if gather:                    # the first member gathers the KV shards, then attends over all of it
+                q_ship, comm = kv_gather_phases(cluster, g.members, sum(int(x) for x in s["shares"]))
+            attend = _q_arrival(s, here, start, q_ship, "kv_gather" if gather else "q_ship") if csps else start
+            tokens = attended_tokens(s, g.members.index(r), gather)
+            busy_until = attend + float(cost.batch_time(_ONE, np.array([tokens]), _DECODE)) if tokens else start
             if j is not None and csps and not at_least(float(starts[j]), attend):
                 raise ClusterScheduleError("q-ship", f"{here}: its colocated batch {j} attends from "
                                            f"{float(starts[j])!r} s, before the token's Q arrives at {attend!r} s")
@@ -274,16 +281,26 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
         _check_hold(g, r, run)
 
 
-def _q_arrival(step: dict, here: str, start: float, q_ship: float) -> float:
-    """Rule ``q-ship`` (CSPS decode, csps.txt §4.2): the step ships the token's Q from its start for at least
-    the priced first-layer transfer; the members attend only after it arrives. The arrival time."""
+def attended_tokens(step: dict, member: int, gather: bool) -> int:
+    """KV tokens member ``member`` (its position) attends over in a decode step: its share, or, when the
+    first member gathers the KV (``csps-kvdecode``), all of them there and none elsewhere."""
+    shares = [int(x) for x in step["shares"]]
+    if not gather:
+        return shares[member]
+    return sum(shares) if member == 0 else 0
+
+
+def _q_arrival(step: dict, here: str, start: float, q_ship: float, key: str = "q_ship") -> float:
+    """Rule ``q-ship`` (CSPS decode, csps.txt §4.2): the step ships the token's Q (``csps-kvdecode``: gathers
+    the KV) from its start for at least the priced first-layer transfer; the members attend only after it
+    arrives. The arrival time."""
     try:
-        sent, arrived = (float(x) for x in step["q_ship"])
+        sent, arrived = (float(x) for x in step[key])
     except (KeyError, TypeError, ValueError):
-        raise ClusterScheduleError("format", f"{here}: a CSPS decode step needs q_ship = [sent_s, arrived_s]"
+        raise ClusterScheduleError("format", f"{here}: a CSPS decode step needs {key} = [sent_s, arrived_s]"
                                    ) from None
     if not at_least(sent, start) or not at_least(arrived - sent, q_ship):
-        raise ClusterScheduleError("q-ship", f"{here}: ships Q over [{sent!r}, {arrived!r}] s; it must start with "
+        raise ClusterScheduleError("q-ship", f"{here}: {key} over [{sent!r}, {arrived!r}] s; it must start with "
                                    f"the step and take at least {q_ship!r} s")
     return arrived
 

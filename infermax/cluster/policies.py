@@ -28,7 +28,8 @@ The CSPS policies (csps.txt; :mod:`~infermax.cluster.csps`) carry a
 request, CSA, three-phase pipelining, Q-shipping decode colocated with shorter
 requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
 (fixed SP-NTP), ``csps-tp`` (fixed SP-TP), ``csps-plain`` (neither CSA nor
-pipelining); first come, first served, no preemption.
+pipelining), ``csps-kvdecode`` (the decode gathers KV instead of shipping Q);
+first come, first served, no preemption.
 """
 from __future__ import annotations
 

@@ -181,3 +181,15 @@ def test_a_one_gpu_plan_costs_what_the_replica_cost_model_says():
         one = prefill_plan(GLM, L, 1, 1, "ntp")
         alone = GLM.cost_model().batch_time(np.array([L]), np.array([0]), np.array([False]))
         assert one.time_s == pytest.approx(alone, rel=1e-12) and one.comm_s == 0
+
+
+def test_gathering_the_kv_instead_of_shipping_q_slows_the_decode_and_is_judged():
+    w = csps_workload("needlebench", n=4, rate_per_s=0.2, seed=2)
+    runs = {p: simulate_cluster(w, GLM, p, "sarathi:P=256") for p in ("csps", "csps-kvdecode")}
+    steps = {p: [s for g in r.gangs if len(g.members) > 1 for s in g.steps if s["phase"] == "decode"]
+             for p, r in runs.items()}
+    assert steps["csps"] and steps["csps-kvdecode"]
+    assert all("kv_gather" in s and s["attend"][0] == sum(s["shares"]) for s in steps["csps-kvdecode"])
+    mean = {p: sum(s["end_s"] - s["start_s"] for s in v) / len(v) for p, v in steps.items()}
+    assert mean["csps-kvdecode"] > mean["csps"]
+    replay_cluster(runs["csps-kvdecode"].cluster_schedule(), w)
