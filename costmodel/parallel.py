@@ -76,7 +76,10 @@ from .communication import CommModel, comm_model
 from .linear import LinearCoefficients, LinearCostModel
 from .specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
-SpKind = Literal["ring", "ulysses", "megatron"]
+SpKind = Literal["ring", "ulysses", "megatron", "ntp", "tp"]
+#: csps.txt's SP architectures by the collective they use: SP-NTP (two all-to-alls; under TP it gathers the
+#: attention parameters, App. A) is Ulysses, SP-TP (all-gather + reduce-scatter) is Megatron
+SP_KIND_ALIASES = {"ntp": "ulysses", "tp": "megatron"}
 LSE_BYTES = 4          # log-sum-exps travel in fp32
 
 
@@ -95,8 +98,11 @@ class ParallelConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"ParallelConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.sp_kind in SP_KIND_ALIASES:     # csps.txt's names: SP-NTP is Ulysses, SP-TP is Megatron
+            object.__setattr__(self, "sp_kind", SP_KIND_ALIASES[self.sp_kind])
         if self.sp_kind not in ("ring", "ulysses", "megatron"):
-            raise ValueError(f"ParallelConfig.sp_kind must be 'ring', 'ulysses' or 'megatron', got {self.sp_kind!r}")
+            raise ValueError(f"ParallelConfig.sp_kind must be 'ring', 'ulysses' (or 'ntp'), 'megatron' (or 'tp'), "
+                             f"got {self.sp_kind!r}")
 
     @property
     def num_gpus(self) -> int:

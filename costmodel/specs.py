@@ -109,6 +109,12 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
               ffn_size=20480, vocab_size=64000),
     ModelSpec(name="llama3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
               ffn_size=28672, vocab_size=128256),
+    # csps.txt §3.1: the two 1M-context models of its evaluation, Hugging Face configs (GLM-4-9B-Chat-1M:
+    # 2 KV groups, 151,552-token padded vocabulary; InternLM2.5-7B-Chat-1M: 8 KV heads, 92,544 tokens)
+    ModelSpec(name="glm4-9b", num_layers=40, hidden_size=4096, num_heads=32, num_kv_heads=2,
+              ffn_size=13696, vocab_size=151552),
+    ModelSpec(name="internlm2.5-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
+              ffn_size=14336, vocab_size=92544),
     # small Llama-architecture config measured by the CPU profiler
     ModelSpec(name="llama-tiny", num_layers=4, hidden_size=256, num_heads=4, num_kv_heads=2,
               ffn_size=688, vocab_size=4096, dtype_bytes=4),
@@ -134,6 +140,8 @@ _MODEL_ALIASES = {
     "llamatiny": "llama-tiny", "mistral7bv03": "mistral-7b-v0.3", "phi314b": "phi3-14b",
     "phi3medium": "phi3-14b", "phi3medium4k": "phi3-14b", "phi3medium128k": "phi3-14b", "yi34b": "yi-34b",
     "llama3170b": "llama3.1-70b", "metallama3170b": "llama3.1-70b",
+    "glm49b": "glm4-9b", "glm49bchat1m": "glm4-9b", "internlm257b": "internlm2.5-7b",
+    "internlm257bchat1m": "internlm2.5-7b",
 }
 #: Vidur's profile directory name of each model
 VIDUR_MODEL_DIRS = {"llama2-7b": "Llama-2-7b-hf", "llama2-70b": "Llama-2-70b-hf",

@@ -22,7 +22,7 @@ import findings  # noqa: E402
 # the design notes' copies of the papers, beside the checkout (or one of its parents), if present
 PAPERS = next((p / "shared" / "papers" for p in Path(__file__).resolve().parents if (p / "shared" / "papers").is_dir()),
               Path("/nonexistent"))
-PAPER_FILES = {"InferMax": "infermax.txt", "Medha": "medha.txt", "PecSched": "pecsched.txt"}
+PAPER_FILES = {"InferMax": "infermax.txt", "Medha": "medha.txt", "PecSched": "pecsched.txt", "CSPS": "csps.txt"}
 PAPER = Limits(M=100_000, C=4096)
 
 

@@ -22,7 +22,7 @@ NEEDS_SOLVER = {"04_optimal_evictions", "11_how_far_long_context"}
 # full scale (notebooks/FINDINGS.md) points the other way in its SMALL run. In the default run,
 # tests/test_findings.py checks the claims table and a few paper cells, tests/test_longctx.py claims of 07.
 SLOW = {"01_high_contention", "02_eviction_free", "03_memory_sweep", "05_rmax", "06_ranking", "07_long_context",
-        "08_pecsched_cluster", "09_medha", "11_how_far_long_context"}
+        "08_pecsched_cluster", "09_medha", "10_csps", "11_how_far_long_context"}
 # infermax.txt §4 and App. A (their FULL-run figures and findings are committed under notebooks/figures/)
 REPRODUCTIONS = ("01_high_contention", "02_eviction_free", "03_memory_sweep", "04_optimal_evictions", "05_rmax",
                  "06_ranking")

@@ -105,7 +105,7 @@ class Dispatcher:
         pol = self.pol
         classes = sorted({c for c in self.roles.classes[0][eligible].tolist() if c >= 0})
         steps = [(FREE,)]                                              # step 2: a replica no long request holds
-        if pol.queue == "pecsched":
+        if pol.queue in ("pecsched", "csps"):
             if pol.colocate:                                           # steps 3-4: colocate with a long decode
                 steps.append((GANG_DECODE,))
             preemptible = ((GANG_PREFILL, GANG_WAIT) if pol.preempt_prefill else ()) + \
@@ -185,7 +185,8 @@ class Dispatcher:
             elig &= loads.accepting
         if int(np.count_nonzero(elig)) < k:
             return None
-        return choose_elastic_gang(self.cluster, k, roles.sp_replicas, loads.tokens, elig)
+        k_max = k if self.pol.csps is not None else roles.sp_replicas      # CSPS: one GPU per SPT, exactly
+        return choose_elastic_gang(self.cluster, k, k_max, loads.tokens, elig)
 
     def _send(self, i: int, r: int, now: float) -> None:
         reps = self.replicas

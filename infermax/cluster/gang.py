@@ -16,15 +16,19 @@ decode step ships the new token's Q to every member, each attends over its shard
 (timed by the replica's own cost model as a one-token decode over ``share``
 cached tokens, alone or inside that member's colocated batch), and the partial
 outputs are merged at the first member (log-sum-exp merge: one all-reduce of
-the hidden vector).
+the hidden vector). Under a CSPS policy the prefill is priced by its SP plan
+(:func:`~infermax.cluster.csps.csps_prefill`, kept as ``plan``) and a decode step
+ships Q every layer (:func:`~infermax.cluster.csps.decode_phases`).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from .csps import csps_prefill
 from .fastsp import fast_sp_prefill
 from .spec import Cluster
 
@@ -61,6 +65,7 @@ class Gang:
     first_token_s: float = math.nan
     completion_s: float = math.nan
     steps: list[dict] = field(default_factory=list)    # the cluster schedule's record of this gang
+    plan: Any = None              # CSPS: its sp_plans.PrefillPlan
 
     @property
     def unit_s(self) -> float:
@@ -75,9 +80,15 @@ class Gang:
 
 
 def make_gang(cluster: Cluster, gid: int, request: int, members: tuple[int, ...], input_len: int,
-              output_len: int, fast_sp: bool) -> Gang:
-    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention)."""
-    plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp)
+              output_len: int, fast_sp: bool, csps: Any = None) -> Gang:
+    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention), or by the
+    CSPS variant ``csps``."""
+    if csps is not None:
+        plan = csps_prefill(cluster, int(input_len), tuple(members), csps)
+        label = f"csps:{plan.kind}/M{plan.micro}/" + ("csa" if plan.csa.attended < 1 else "dense")
+    else:
+        plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp)
+        label = f"{plan.attention}/{plan.mlp}"
     m = cluster.model
     k = len(members)
     peak = int(input_len) + int(output_len) - 1
@@ -86,7 +97,8 @@ def make_gang(cluster: Cluster, gid: int, request: int, members: tuple[int, ...]
     switch = 2 * saved / (cluster.gpu.hbm_bandwidth * cluster.replica_gpus)
     return Gang(gid=gid, request=int(request), members=tuple(members), input_len=int(input_len),
                 output_len=int(output_len), share_tokens=math.ceil(peak / k), prefill_s=float(plan.time_s),
-                units=units, saved_bytes=float(saved), switch_s=float(switch), sp_plan=f"{plan.attention}/{plan.mlp}")
+                units=units, saved_bytes=float(saved), switch_s=float(switch), sp_plan=label,
+                plan=plan if csps is not None else None)
 
 
 def decode_comm_s(cluster: Cluster, members: tuple[int, ...]) -> float:

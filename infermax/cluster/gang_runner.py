@@ -24,6 +24,7 @@ import numpy as np
 
 from infermax.trace import TraceRecorder
 
+from .csps import decode_phases, kv_gather_phases
 from .gang import DECODE, DONE, PREFILL, WAIT, Gang, decode_comm_s, make_gang
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
 from .policies import ClusterPolicy
@@ -47,7 +48,7 @@ class GangRunner:
         self.gang_of = np.full(R, -1, dtype=np.int64)
         self.recorders: dict[int, TraceRecorder] = {}   # per member: its gang steps as batch rows
         self.busy_s = np.zeros(R)
-        self._comm_s: dict[int, float] = {}             # per gang: a decode step's communication (its members')
+        self._comm_s: dict[int, tuple] = {}             # per gang: a decode step's communication (before, after)
         self._alone_s: dict[int, float] = {}            # per KV share: a lone one-token decode over it
 
     def of(self, r: int) -> Gang | None:
@@ -96,7 +97,8 @@ class GangRunner:
     # --- forming and starting ----------------------------------------------------------------------------
     def form(self, i: int, members: tuple[int, ...], input_len: int, output_len: int, now: float) -> None:
         """Long request i gets a gang on ``members``; it starts at once if they have no short work."""
-        g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp)
+        g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp,
+                      self.pol.csps)
         self.gangs.append(g)
         for r in members:
             self.gang_of[r] = g.gid
@@ -178,15 +180,33 @@ class GangRunner:
         start = max([now] + [self.replicas.clock_s(r) for r in g.members])
         shares = g.decode_shares()
         ends, colocated = [], []
+        q_ship, comm = self._decode_comm(g)         # CSPS: the first layer's Q reaches the members first
+        attend = shares
+        gather = self.pol.csps is not None and self.pol.csps.decode == "kv"
+        if gather:                                  # the first member gathers the KV and attends alone
+            q_ship, comm = kv_gather_phases(self.cluster, g.members, int(shares.sum()))
+            attend = np.zeros_like(shares)
+            attend[0] = shares.sum()
         for j, r in enumerate(g.members):
-            ends.append(self._member_decode(g, r, int(shares[j]), start, colocated))
+            if attend[j]:
+                ends.append(self._member_decode(g, r, int(attend[j]), start + q_ship, colocated))
+        end = max(ends) + comm
+        step = {"phase": DECODE, "start_s": start, "end_s": end, "gen": g.gen, "shares": shares.tolist(),
+                "colocated": colocated}
+        if self.pol.csps is not None:
+            step["kv_gather" if gather else "q_ship"] = [start, start + q_ship]
+        if gather:
+            step["attend"] = attend.tolist()
+        g.steps.append(step)
+        self._begin(g, start, end)
+
+    def _decode_comm(self, g: Gang) -> tuple[float, float]:
+        """(before the members' attention, after it) of one of g's decode steps."""
         comm = self._comm_s.get(g.gid)
         if comm is None:
-            comm = self._comm_s[g.gid] = decode_comm_s(self.cluster, g.members)
-        end = max(ends) + comm
-        g.steps.append({"phase": DECODE, "start_s": start, "end_s": end, "gen": g.gen,
-                        "shares": shares.tolist(), "colocated": colocated})
-        self._begin(g, start, end)
+            comm = self._comm_s[g.gid] = (decode_phases(self.cluster, g.members) if self.pol.csps is not None
+                                          else (0.0, decode_comm_s(self.cluster, g.members)))
+        return comm
 
     def _member_decode(self, g: Gang, r: int, share: int, start: float, colocated: list) -> float:
         """Member r's part of a decode step from ``start``: attention over its ``share`` of the KV, inside its

@@ -21,12 +21,16 @@ message prefixed by the replica; the gang rules live in
   the replica that handed it off, and took at least the last layer's KV transfer
   (and the whole KV's, counted from the prefill's first batch);
 - ``gang-price``: a gang priced below its plan (prefill time, kernel units,
-  resume switch, KV share) or a decode step over fewer KV tokens than cached;
+  resume switch, KV share; a CSPS gang's SP plan: kind, GPUs, micro-partitions,
+  transfer times and bytes) or a decode step over fewer KV tokens than cached;
 - ``gang-busy``: no batch of a member overlaps its gang's prefill segments or
   decode steps except the colocated batch inside its step; one gang per replica
   at a time; decode steps after the prefill, in time order, gen = 1, 2, ...;
 - ``gang-time``: a decode step no shorter than its slowest member plus the Q and
   partial-output exchange (``decode_comm_s``);
+- ``q-ship`` (CSPS): a decode step ships the token's Q (``q_ship``, at least the
+  priced first-layer transfer) before any member attends; the rest of the Q
+  transfers and the merges follow the members' attention (``gang-time``);
 - ``resume``: prefill segments cover the kernel units contiguously from 0, in
   time order, each as long as its units (plus the switch when resuming), every
   suspended one followed by another, the last one not suspended;
@@ -54,8 +58,8 @@ from infermax.state import DONE, ScheduleError, ServingState
 from infermax.trace import Trace, TraceRecorder
 from infermax.types import Limits, Workload
 
-from .judge_gangs import (REL_TOL, ClusterScheduleError, JudgedGang, at_least, check_gang_on_replicas,
-                          check_one_gang_at_a_time, colocated_batches, read_gang)
+from .judge_gangs import (REL_TOL, ClusterScheduleError, JudgedGang, at_least, attended_tokens,
+                          check_gang_on_replicas, check_one_gang_at_a_time, colocated_batches, read_gang)
 from .schedule import ClusterSchedule
 from .spec import Cluster
 
@@ -227,7 +231,8 @@ def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: 
         extra = None
         if j in colocated:
             g, step, member = colocated[j]
-            extra = (_ONE, np.array([g.decodes[step]["shares"][member]], dtype=np.int64), _DECODE)
+            tokens = attended_tokens(g.decodes[step], member, g.gather)
+            extra = (_ONE, np.array([tokens], dtype=np.int64), _DECODE)
         run.held[j] = state.external_kv
         if plan is not None:
             plan.before(j, state, idx, batch.tokens, evict)

@@ -17,6 +17,7 @@ import numpy as np
 
 from infermax.types import Workload
 
+from .csps import decode_phases, kv_gather_phases
 from .gang import DECODE, PREFILL, decode_comm_s, make_gang
 from .policies import get_policy
 from .spec import Cluster
@@ -56,6 +57,7 @@ class JudgedGang:
     decodes: list[dict]
     gaps: list[tuple[float, float]]     # (suspended at, resumed at)
     colocated: dict = field(default_factory=dict)   # (decode step, member) -> its colocated batch there
+    gather: bool = False          # csps-kvdecode: the first member gathers the KV and attends alone
 
     @property
     def start_s(self) -> float:
@@ -86,6 +88,7 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
     ref = _reference_gang(cluster, gid, i, members, I, O, meta)
     k = len(members)
     _check_price(where, g, ref, k, I + O - 1)
+    _check_plan(where, g, ref)
     segments = [s for s in steps if s.get("phase") == PREFILL]
     decodes = [s for s in steps if s.get("phase") == DECODE]
     if len(segments) + len(decodes) != len(steps):
@@ -97,6 +100,8 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
     out = JudgedGang(gid, i, rid, members, int(g["share_tokens"]), float(g["prefill_s"]) / int(g["units"]),
                 float(g["switch_s"]), math.ceil(ref.saved_bytes / cluster.model.kv_bytes_per_token),
                 segments, decodes, [])
+    variant = _csps_of(meta)
+    out.gather = variant is not None and variant.decode == "kv"
     if out.start_s < float(workload.arrivals_s[i]):
         raise ClusterScheduleError("arrival", f"{where}: prefill starts at {out.start_s!r} s, before the request "
                                    f"arrives at {float(workload.arrivals_s[i])!r} s")
@@ -107,12 +112,39 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
 
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
     """The gang as the cluster prices it: the policy's SP plan, else the cheaper of fast SP and ring."""
+    csps = _csps_of(meta)
     try:
         plans = [get_policy(meta["policy"]).fast_sp]
     except (KeyError, ValueError):
         plans = [True, False]
-    refs = [make_gang(cluster, gid, i, members, I, O, fast) for fast in plans]
+    refs = [make_gang(cluster, gid, i, members, I, O, fast, csps) for fast in plans]
     return min(refs, key=lambda x: x.prefill_s)
+
+
+def _csps_of(meta: dict) -> Any:
+    """The CSPS variant of the schedule's policy (None for the others)."""
+    try:
+        return get_policy(meta["policy"]).csps
+    except (KeyError, ValueError):
+        return None
+
+
+def _check_plan(where: str, g: dict, ref: Any) -> None:
+    """A CSPS gang's recorded SP plan is the one its policy prices on its members (kind, GPUs, transfers)."""
+    if ref.plan is None:
+        return
+    got = g.get("plan")
+    if not isinstance(got, dict):
+        raise ClusterScheduleError("format", f"{where}: a CSPS gang needs its SP plan")
+    p = ref.plan
+    for key, want in (("kind", p.kind), ("num_gpus", p.num_gpus), ("micro", p.micro)):
+        if got.get(key) != want:
+            raise ClusterScheduleError("gang-price", f"{where}: plan {key} = {got.get(key)!r}, but its policy's plan "
+                                       f"on members {list(ref.members)} has {want!r}")
+    for key in ("comm_in_s", "comm_out_s", "bytes_per_gpu"):
+        if not at_least(float(got.get(key, -1.0)), getattr(p, key)):
+            raise ClusterScheduleError("gang-price", f"{where}: plan {key} = {got.get(key)!r} < {getattr(p, key)!r}, "
+                                       f"what its transfers take")
 
 
 def _check_price(where: str, g: dict, ref: Any, k: int, peak: int) -> None:
@@ -204,7 +236,9 @@ def colocated_batches(gangs: list[JudgedGang], R: int) -> list[dict[int, tuple[J
 # --- against the replayed replicas ------- ---------------------------------------------------------------
 def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: Cluster, meta: dict) -> None:
     cap = (meta.get("options") or {}).get("colocate_tokens")
-    comm = decode_comm_s(cluster, g.members)
+    variant = _csps_of(meta)
+    csps, gather = variant is not None, variant is not None and variant.decode == "kv"
+    q_ship, comm = decode_phases(cluster, g.members) if csps else (0.0, decode_comm_s(cluster, g.members))
     where = f"gang {g.gid} (request {g.rid})"
     for r in g.members:
         run = runs[r]
@@ -219,7 +253,14 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
             start, end = float(s["start_s"]), float(s["end_s"])
             j = g.colocated.get((k, r))
             here = f"{where}, decode step {k} [{start!r}, {end!r}] s on replica {r}"
-            busy_until = start + float(cost.batch_time(_ONE, np.array([s["shares"][g.members.index(r)]]), _DECODE))
+            if gather:                    # the first member gathers the KV shards, then attends over all of it
+                q_ship, comm = kv_gather_phases(cluster, g.members, sum(int(x) for x in s["shares"]))
+            attend = _q_arrival(s, here, start, q_ship, "kv_gather" if gather else "q_ship") if csps else start
+            tokens = attended_tokens(s, g.members.index(r), gather)
+            busy_until = attend + float(cost.batch_time(_ONE, np.array([tokens]), _DECODE)) if tokens else start
+            if j is not None and csps and not at_least(float(starts[j]), attend):
+                raise ClusterScheduleError("q-ship", f"{here}: its colocated batch {j} attends from "
+                                           f"{float(starts[j])!r} s, before the token's Q arrives at {attend!r} s")
             if j is not None:
                 if starts[j] < start or ends[j] > end:
                     raise ClusterScheduleError("gang-busy", f"{here}: its colocated batch {j} [{float(starts[j])!r}, "
@@ -238,6 +279,30 @@ def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: C
                 raise ClusterScheduleError("gang-time", f"{here}: ends at {end!r} s, before the member's decode "
                                            f"({busy_until!r} s) plus the Q/output exchange ({comm!r} s)")
         _check_hold(g, r, run)
+
+
+def attended_tokens(step: dict, member: int, gather: bool) -> int:
+    """KV tokens member ``member`` (its position) attends over in a decode step: its share, or, when the
+    first member gathers the KV (``csps-kvdecode``), all of them there and none elsewhere."""
+    shares = [int(x) for x in step["shares"]]
+    if not gather:
+        return shares[member]
+    return sum(shares) if member == 0 else 0
+
+
+def _q_arrival(step: dict, here: str, start: float, q_ship: float, key: str = "q_ship") -> float:
+    """Rule ``q-ship`` (CSPS decode, csps.txt §4.2): the step ships the token's Q (``csps-kvdecode``: gathers
+    the KV) from its start for at least the priced first-layer transfer; the members attend only after it
+    arrives. The arrival time."""
+    try:
+        sent, arrived = (float(x) for x in step[key])
+    except (KeyError, TypeError, ValueError):
+        raise ClusterScheduleError("format", f"{here}: a CSPS decode step needs {key} = [sent_s, arrived_s]"
+                                   ) from None
+    if not at_least(sent, start) or not at_least(arrived - sent, q_ship):
+        raise ClusterScheduleError("q-ship", f"{here}: {key} over [{sent!r}, {arrived!r}] s; it must start with "
+                                   f"the step and take at least {q_ship!r} s")
+    return arrived
 
 
 def _first_overlap(starts: np.ndarray, ends: np.ndarray, lo: float, hi: float, skip: int | None = None

@@ -28,17 +28,28 @@ Medha (medha.txt §3.3–3.5, §5.3) dispatches first come, first served, runs t
 cluster's plan (``spp``, ``kvp``) stage by stage and group by group
 (:mod:`~infermax.cluster.plans`, ``plan`` = its preset there):
 
-=================  ====================================================================
+=================  =============================================================
 medha-3d           TP × SPP × KVP, KVP groups onboarded as a request's KV grows (Fig. 12)
 medha-2d           TP × SPP (the cluster's kvp must be 1)
 medha-3d-static    ablation: every request striped over all KVP groups (Fig. 11's setting)
 medha-3d-pp        ablation: plain PP instead of SPP (a chunk waits for its predecessor to
                    leave the last stage, Fig. 7a)
 =================  ====================================================================
+=======
+The CSPS policies (csps.txt; :mod:`~infermax.cluster.csps`) carry a
+:class:`~infermax.cluster.csps.CspsVariant`: ``csps`` (SP-NTP or SP-TP per
+request, CSA, three-phase pipelining, Q-shipping decode colocated with shorter
+requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
+(fixed SP-NTP), ``csps-tp`` (fixed SP-TP), ``csps-plain`` (neither CSA nor
+pipelining), ``csps-kvdecode`` (the decode gathers KV instead of shipping Q);
+first come, first served, no preemption.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from .csps import VARIANTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,11 +64,12 @@ class ClusterPolicy:
     fast_sp: bool = False
     plan: str = ""             # executed-plan preset (cluster/plans.py PRESETS); "" = its default
     local: str = ""            # the replica scheduler it runs when none is given ("" = the caller's)
+    csps: Any = None           # a CspsVariant: the gang runs CSPS's SP plans (queue "csps")
 
     @property
     def exclusive(self) -> bool:
         """A gang's replicas take no other work from its formation to its request's completion."""
-        return self.queue != "pecsched"
+        return self.queue not in ("pecsched", "csps")
 
 
 _POLICIES = {
@@ -73,6 +85,8 @@ _POLICIES = {
     "medha-2d": ClusterPolicy("medha-2d", "fifo", plan="2d", local="medha"),
     "medha-3d-static": ClusterPolicy("medha-3d-static", "fifo", plan="3d-static", local="medha"),
     "medha-3d-pp": ClusterPolicy("medha-3d-pp", "fifo", plan="3d-pp", local="medha"),
+
+    **{name: ClusterPolicy(name, "csps", colocate=True, csps=v) for name, v in VARIANTS.items()},
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

@@ -97,7 +97,7 @@ def assemble(engine: Any) -> ClusterResult:
 def _merged_trace(engine: Any, built: list[int], batches_of: dict[int, dict[str, np.ndarray]]) -> Trace:
     """Every replica's batches and gang steps in start order, and one row per request."""
     reps, replica_of, decode_of = engine.replicas, engine.dispatcher.replica_of, engine.migrations.decode_of
-    mine_only = ~engine.roles.is_long
+    mine_only = ~engine.roles.on_gang        # a long request one replica serves (sp_replicas = 1) is its own
     s0 = reps.state(0)
     times = {k: getattr(s0, k).copy() for k in ("first_scheduled_s", "first_token_s", "completion_s")}
     counts = {k: sum(getattr(reps.state(r), k) for r in built)
@@ -149,5 +149,10 @@ def _cluster_metrics(engine: Any, merged: Trace) -> dict[str, Any]:
 
 def _gang_bytes(engine: Any, g: Gang) -> tuple[float, float]:
     from .fastsp import fast_sp_prefill
+    if g.plan is not None:          # CSPS: its SP plan's bytes, the off-node share of each GPU's peers
+        p = g.plan
+        total = p.bytes_per_gpu * p.num_gpus
+        off = (p.num_gpus - p.per_node) / (p.num_gpus - 1) if p.num_gpus > 1 else 0.0
+        return total * (1 - off), total * off
     p = fast_sp_prefill(engine.cluster, g.input_len, g.members, ring_only=not engine.pol.fast_sp)
     return p.nvlink_bytes, p.network_bytes

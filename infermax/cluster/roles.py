@@ -18,6 +18,7 @@ import numpy as np
 
 from infermax.types import Limits, Workload
 
+from .csps import group_gpus
 from .placement import replicas_needed, reservation_split
 from .policies import DECODE_REPLICAS, ClusterPolicy
 from .spec import Cluster
@@ -70,10 +71,15 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits:
     if sp_replicas is not None and (isinstance(sp_replicas, bool) or not isinstance(sp_replicas, int)
                                     or not 1 <= sp_replicas <= R):
         raise ValueError(f"sp_replicas must be an integer in [1, {R}], got {sp_replicas!r}")
-    sp = sp_replicas or per_node
     gang_size = np.zeros(len(workload), dtype=np.int64)
     for i in np.flatnonzero(is_long):
         gang_size[i] = replicas_needed(cluster, int(peak[i]))
+        if pol.csps is not None:      # CSPS: one GPU per SPT (csps.py), as many as the gang may have
+            spts = -(-group_gpus(int(workload.input_lens[i]), pol.csps) // cluster.replica_gpus)
+            gang_size[i] = max(gang_size[i], min(spts, sp_replicas or R))
+    if pol.csps is not None and sp_replicas is None:
+        sp_replicas = max(per_node, int(gang_size.max(initial=1)))
+    sp = sp_replicas or per_node
     if sp < int(gang_size.max(initial=0)):
         raise ValueError(f"sp_replicas = {sp} < {int(gang_size.max())} replicas, what the "
                          f"largest long request's KV needs on {cluster.to_spec()}")

@@ -16,7 +16,9 @@ A :class:`ClusterSchedule` holds
   over ``units`` kernel boundaries, ``switch_s`` to resume) and its steps in
   order: prefill segments ``{"phase": "prefill", "start_s", "end_s", "units":
   [from, to], "switch_s", "suspended"}`` and decode steps ``{"phase": "decode",
-  "start_s", "end_s", "gen", "shares", "colocated": [[replica, batch], ...]}``;
+  "start_s", "end_s", "gen", "shares", "colocated": [[replica, batch], ...]}`` (a CSPS
+  decode step also ``"q_ship": [sent_s, arrived_s]``); a CSPS gang also its SP ``plan``
+  (kind, GPUs, micro-partitions, transfer times and bytes per GPU, CSA shares);
 - ``migrations``: ``{"request", "src", "dst", "sent_s", "arrive_s", "bytes"}``;
 - ``plans`` (only when the cluster executes its plan: spp or kvp > 1): per replica,
   its stages and KVP groups as run (:meth:`~infermax.cluster.plans.PlanExecutor.record`:
@@ -59,7 +61,7 @@ class ClusterSchedule:
         gangs = tuple({"request": int(ids[g.request]), "members": list(g.members), "share_tokens": g.share_tokens,
                        "input_len": g.input_len, "output_len": g.output_len, "prefill_s": g.prefill_s,
                        "units": g.units, "switch_s": g.switch_s, "sp_plan": g.sp_plan,
-                       "steps": [dict(s) for s in g.steps]} for g in result.gangs)
+                       "steps": [dict(s) for s in g.steps], **_plan_of(g)} for g in result.gangs)
         migrations = tuple(dict(m, request=int(ids[m["request"]])) for m in result.migrations)
         meta = {"cluster": result.cluster.to_spec(), "policy": result.policy, "options": dict(result.options),
                 **{k: v for k, v in result.schedules[0].meta.items() if k not in ("replica",)}}
@@ -100,6 +102,17 @@ class ClusterSchedule:
         if not text.lstrip().startswith("{"):
             text = Path(text).read_text()
         return cls.from_dict(json.loads(text))
+
+
+def _plan_of(gang: Any) -> dict:
+    """A CSPS gang's SP plan (csps.txt): kind, GPUs, micro-partitions, its transfers per GPU and their times."""
+    p = gang.plan
+    if p is None:
+        return {}
+    return {"plan": {"kind": p.kind, "num_gpus": p.num_gpus, "per_node": p.per_node, "micro": p.micro,
+                     "comm_in_s": p.comm_in_s, "comm_out_s": p.comm_out_s, "exposed_comm_s": p.exposed_comm_s,
+                     "attention_s": p.attention_s, "bytes_per_gpu": p.bytes_per_gpu,
+                     "csa_moved": p.csa.moved, "csa_attended": p.csa.attended}}
 
 
 def _plain(step: dict) -> dict:
