@@ -133,7 +133,7 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     from infermax.schedulers import split_specs
     from infermax.types import Workload
 
-    from .cluster import cluster_lower_bound, measured_value
+    from .cluster import attention_kept, cluster_lower_bound, measured_value
 
     for flag in ("schedule", "limits"):
         if getattr(args, flag):
@@ -145,7 +145,8 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
             raise ValueError(f"--scheduler {policy!r} is not a cluster policy; with --cluster use "
                              f"{', '.join(POLICIES)}")
     workload = Workload.from_spec(args.workload or DEFAULT_WORKLOAD)
-    bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost) for o in objectives}
+    share = attention_kept(policies)
+    bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost, attention=share) for o in objectives}
     rows, code = [], 0
     for policy in policies:
         res = simulate_cluster(workload, cluster, policy, None, cost=args.cost)

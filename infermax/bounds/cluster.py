@@ -34,6 +34,10 @@ requests with flow <= y have their work done within [lo, hi + y], at most R·(hi
 so the window's least works bound how many make it (:func:`~infermax.bounds.order.window_keys`).
 A tag: the tagged requests alone (the others only take capacity).
 
+**Sparse attention.** CSPS's CSA computes only the kept pairs of a prefill's causal mask; for policies
+that drop tokens the attention term is scaled by the least kept share (:func:`attention_kept`), which
+``infermax bound --cluster`` does when it compares such a policy.
+
 What it leaves out — each batch's fixed time (a, the attention biases), the sequential decode
 steps of a request, communication — only makes real schedules slower, so the bound is loose
 where those dominate (decode-heavy work: the gap reported is then mostly the bound's). Values
@@ -41,6 +45,7 @@ are lowered by :data:`~infermax.bounds.SAFETY` like every other bound.
 """
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
@@ -54,12 +59,37 @@ from .requests import _lines
 
 #: a chunk cap no request reaches: the fill of a prompt counts as one batch (a gang's prefill is one)
 _NO_CAP = SimpleNamespace(C=2 ** 62, P=2 ** 62)
+_RING_SIZES = 4096        # ring sizes scanned exactly for CSA's least kept share
 _METRICS = ("latency", "throughput", "ttft", "e2e", "completion")
 
 
-def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", cost: Any = None):
+def attention_kept(policies: Any) -> float:
+    """The least share of the causal attention pairs any of ``policies`` (names) computes in a prefill:
+    1 for exact attention; CSA's token dropping (CSPS, csps.txt §3.2.4) keeps at least the least kept
+    share of any of its rings (:func:`~infermax.costmodel.communication.csa_num_kept`, halves up, so a
+    ring of 3 keys at a keep ratio of 0.75 keeps 2: the least share is taken over every ring size)."""
+    from infermax.cluster.policies import get_policy
+    from infermax.costmodel.communication import csa_keep_ratios, csa_num_kept
+
+    least = 1.0
+    for name in [policies] if isinstance(policies, str) else policies:
+        variant = getattr(get_policy(name), "csps", None)
+        if variant is None or variant.csa is None:
+            continue
+        levels, drop = variant.csa
+        for keep in csa_keep_ratios(drop, levels):
+            sizes = np.arange(1, _RING_SIZES + 1)
+            kept = np.array([csa_num_kept(int(n), keep) for n in sizes]) / sizes
+            least = min(least, float(kept.min()), keep - 0.5 / _RING_SIZES)   # beyond: > keep - 0.5 / n
+    return max(0.0, least)
+
+
+def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", cost: Any = None,
+                        attention: float = 1.0):
     """A :class:`~infermax.bounds.Bound` on ``objective`` for ``workload`` on ``cluster`` (a
-    :class:`~infermax.cluster.Cluster` or its spec), valid for every cluster policy (module docstring).
+    :class:`~infermax.cluster.Cluster` or its spec), valid for every cluster policy that computes at least
+    the share ``attention`` of the causal attention pairs of a prefill (module docstring): 1, the default,
+    for exact attention; :func:`attention_kept` of the policies compared when one of them drops tokens (CSA).
 
     ``cost``: the replicas' batch-time model (default: the cluster's, ``Cluster.cost_model_name``);
     it must be linear. TPOT has no cluster bound (its per-step times are what this bound drops)."""
@@ -77,6 +107,10 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
                          f"or their percentiles (optionally :TAG)")
     co = linear_coefficients(get_cost_model(cost if cost is not None else cluster.cost_model_name()),
                              "the cluster bound")
+    if isinstance(attention, bool) or not isinstance(attention, (int, float)) or not 0 <= attention <= 1:
+        raise ValueError(f"attention must be a share in [0, 1], got {attention!r}")
+    if attention < 1:
+        co = dataclasses.replace(co, prefill_attn_s=co.prefill_attn_s * attention)
     chosen = subset(workload, members(workload, obj.tag))
     stages = max(int(getattr(cluster, "spp", 1)), cluster.plan.pp)
     R = float(cluster.num_replicas * stages)       # machines: a pipelined replica runs a batch per stage
@@ -102,7 +136,8 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     else:
         value = quantile_of_sorted(np.sort(flow), obj.quantile)
     value -= SAFETY * abs(value)
-    cert = {"replicas": cluster.num_replicas, "stages": stages, "num_requests": len(chosen)}
+    cert = {"replicas": cluster.num_replicas, "stages": stages, "num_requests": len(chosen),
+            "attention": float(attention)}
     if obj.metric == "throughput":
         value = float(chosen.output_lens.sum()) / value if value > 0 else float("inf")
     return Bound(value=value, method="cluster-fluid", objective=objective, certificate=cert,

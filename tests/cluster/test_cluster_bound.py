@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from infermax import Workload
-from infermax.bounds.cluster import cluster_lower_bound, measured_value
+from infermax.bounds.cluster import attention_kept, cluster_lower_bound, measured_value
 from infermax.cli import main
 from infermax.cluster import POLICIES, Cluster, simulate_cluster
 
@@ -26,15 +26,15 @@ def _valid(objective: str, value: float, bound: float) -> bool:
     return value <= bound * (1 + 1e-12) if objective == "throughput" else value >= bound * (1 - 1e-12)
 
 
-@pytest.mark.parametrize("policy", [p if p in ("fifo", "pecsched") else pytest.param(p, marks=pytest.mark.slow)
-                                    for p in POLICIES])
+@pytest.mark.parametrize("policy", [p if p in ("fifo", "pecsched", "csps") else
+                                    pytest.param(p, marks=pytest.mark.slow) for p in POLICIES])
 def test_no_cluster_policy_beats_the_bound(workload, policy):
     disaggregates = policy.startswith("pecsched") and policy not in ("pecsched-dis", "pecsched-fifo",
                                                                      "pecsched-reservation", "pecsched-priority")
     res = simulate_cluster(workload, CLUSTER, policy, "vllm", sp_replicas=2,
                            **({"decode_replicas": 2} if disaggregates else {}))
     for objective in OBJECTIVES:
-        bound = cluster_lower_bound(workload, CLUSTER, objective).value
+        bound = cluster_lower_bound(workload, CLUSTER, objective, attention=attention_kept(policy)).value
         value = measured_value(objective, res)
         assert np.isfinite(bound) and bound > 0, objective
         assert _valid(objective, value, bound), (objective, value, bound)
@@ -83,3 +83,14 @@ def test_executed_pipelines_count_a_machine_per_stage(spec, policy):
         b = cluster_lower_bound(w, cluster, objective)
         assert b.certificate["stages"] == max(cluster.spp, cluster.plan.pp) > 1
         assert _valid(objective, measured_value(objective, res), b.value), objective
+
+
+def test_token_dropping_policies_lower_the_attention_share():
+    """CSA keeps 1, 0.75 of its rings (2 levels, drop 0.25); a 3-key ring keeps 2 (halves up): 2/3."""
+    assert attention_kept(["fifo", "pecsched", "medha-3d", "csps-nocsa"]) == 1.0
+    assert attention_kept(["fifo", "csps"]) == pytest.approx(2 / 3)
+    w = Workload.from_lengths([300000, 1000], [4, 4])
+    dense, sparse = (cluster_lower_bound(w, CLUSTER, "ttft", attention=a).value for a in (1.0, 2 / 3))
+    assert sparse < dense
+    with pytest.raises(ValueError, match="attention must be a share in \\[0, 1\\], got 1.5"):
+        cluster_lower_bound(w, CLUSTER, "ttft", attention=1.5)
