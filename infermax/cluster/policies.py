@@ -28,14 +28,14 @@ Medha (medha.txt §3.3–3.5, §5.3) dispatches first come, first served, runs t
 cluster's plan (``spp``, ``kvp``) stage by stage and group by group
 (:mod:`~infermax.cluster.plans`, ``plan`` = its preset there):
 
-=================  =============================================================
+=================  ====================================================================
 medha-3d           TP × SPP × KVP, KVP groups onboarded as a request's KV grows (Fig. 12)
 medha-2d           TP × SPP (the cluster's kvp must be 1)
 medha-3d-static    ablation: every request striped over all KVP groups (Fig. 11's setting)
 medha-3d-pp        ablation: plain PP instead of SPP (a chunk waits for its predecessor to
                    leave the last stage, Fig. 7a)
 =================  ====================================================================
-=======
+
 The CSPS policies (csps.txt; :mod:`~infermax.cluster.csps`) carry a
 :class:`~infermax.cluster.csps.CspsVariant`: ``csps`` (SP-NTP or SP-TP per
 request, CSA, three-phase pipelining, Q-shipping decode colocated with shorter
