@@ -37,6 +37,7 @@ from infermax.engine import SchedulerStuckError
 from infermax.types import Limits, Workload
 
 from .dispatch import Dispatcher
+from .elastic import ScaleDown, elastic_roles
 from .gang_runner import GangRunner
 from .loads import Loads
 from .migration import Migrations
@@ -71,14 +72,19 @@ class ClusterEngine:
         self.cost = get_cost_model(cost if cost is not None else cluster.cost_model_name())
         if isinstance(colocate_tokens, bool) or not isinstance(colocate_tokens, int) or colocate_tokens < 1:
             raise ValueError(f"colocate_tokens must be an integer >= 1, got {colocate_tokens!r}")
-        self.roles = roles = plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas)
+        self.roles = roles = (elastic_roles(workload, cluster, pol, limits, sp_replicas, decode_replicas)
+                              if pol.elastic else
+                              plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas))
         self.limits = roles.limits
         self.loads = Loads(*roles.classes, roles.decode_pool)
         self.replicas = Replicas(workload, self.limits, self.cost, scheduler, ~roles.on_gang, fast_forward,
-                                 roles.decode_pool, self.loads.touch)
+                                 roles.decode_pool, self.loads.touch,
+                                 np.ones(len(workload), dtype=bool) if pol.scale_down else None)
         self.migrations = Migrations(workload, cluster, self.replicas, self.loads)
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)
+        if pol.scale_down:
+            self.gangs.scale_down = ScaleDown(self)
         self.dispatcher = Dispatcher(workload, cluster, pol, roles, self.replicas, self.loads, self.gangs)
         if roles.on_gang.any():
             cluster.cost_model()           # built once, before the run: fast SP prices every gang with it

@@ -22,6 +22,11 @@ pecsched-fsp       yes         yes            yes          **ring** (ablation /F
 
 ``pecsched-fifo``, ``pecsched-reservation`` and ``pecsched-priority`` name the
 three baselines as the PecSched paper does.
+
+``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
+first served; every request prefills on an *elastic* gang sized by its prompt
+(ring attention, no preemption), then *scales down*: its KV moves to the decode
+pool (disaggregated), where it decodes.
 """
 from __future__ import annotations
 
@@ -38,6 +43,8 @@ class ClusterPolicy:
     disaggregate: bool = False
     colocate: bool = False
     fast_sp: bool = False
+    elastic: bool = False      # gang size from the prompt length and the free replicas (LoongServe)
+    scale_down: bool = False   # after its prefill a gang's KV migrates to the decode pool (LoongServe)
 
     @property
     def exclusive(self) -> bool:
@@ -54,6 +61,7 @@ _POLICIES = {
     "pecsched-dis": ClusterPolicy("pecsched-dis", "pecsched", True, False, True, True),
     "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
     "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
+    "loongserve": ClusterPolicy("loongserve", "fifo", disaggregate=True, elastic=True, scale_down=True),
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

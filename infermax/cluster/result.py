@@ -111,7 +111,8 @@ def _merged_trace(engine: Any, built: list[int], batches_of: dict[int, dict[str,
         i = g.request
         times["first_scheduled_s"][i] = g.first_scheduled_s
         times["first_token_s"][i] = g.first_token_s
-        times["completion_s"][i] = g.completion_s
+        if not np.isnan(g.completion_s):       # (a gang that scaled down: its decode replica's)
+            times["completion_s"][i] = g.completion_s
         counts["num_suspensions"][i] = g.num_suspensions
     unfinished = np.flatnonzero(~np.isfinite(times["completion_s"]))
     if (replica_of < 0).any() or unfinished.size:
