@@ -78,7 +78,10 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     start = time.perf_counter()
     row = config_columns(cell)
     try:
-        if cell.solver is None:
+        if cell.system is not None:
+            from .sweep_systems import run_system
+            row |= run_system(cell.workload, cell.system)
+        elif cell.solver is None:
             row |= simulate(cell.workload, cell.scheduler, cell.limits, cell.cost).metrics
         else:
             row |= _solve(cell)
@@ -226,7 +229,8 @@ def _column_order(records: list[dict[str, Any]]) -> list[str]:
 
 def _config_keys(row: dict[str, Any]) -> list[str]:
     return list(config_columns(Cell(row["workload"], row["scheduler"], row["limits"], row["cost"],
-                                    row["solver"] if isinstance(row.get("solver"), str) else None)))
+                                    row["solver"] if isinstance(row.get("solver"), str) else None,
+                                    row["system_json"] if isinstance(row.get("system_json"), str) else None)))
 
 
 def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: str = "local",
