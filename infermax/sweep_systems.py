@@ -11,20 +11,23 @@ config each ``systems`` item is one such block; the cells are workloads × syste
         policy: loongserve                             # a cluster policy (default fifo)
         scheduler: sarathi-pc                          # every replica's scheduler
         options: {decode_replicas: 2}                  # ClusterEngine options (optional)
+        window_s: 3600                                 # measure over the first hour only (optional)
       - {name: sarathi, cluster: "a100:nodes=2,model=llama3-8b,tp=8,pp=2", scheduler: sarathi}
 
 Limits: M is the cluster's (each replica's KV capacity); ``limits`` (optional, without
 M) sets the rest, else C and P cover the longest prompt one replica serves. The row
 holds the run's metrics, the same metrics per request tag with the tag as suffix
 (``ttft_p50_s_long``, ``tpot_p50_s_short``, ...), and ``system``, ``cluster``,
-``cluster_policy``, ``num_replicas``.
+``cluster_policy``, ``num_replicas``. With ``window_s`` the run stops at that time and
+the metrics are the window's (:mod:`infermax.cluster.window`: TTFT percentiles with
+requests not served by then as +∞, TPOT over those completed, ``served_fraction``).
 """
 from __future__ import annotations
 
 import json
 from typing import Any, Mapping
 
-SYSTEM_KEYS = ("name", "cluster", "policy", "scheduler", "options", "limits", "cost")
+SYSTEM_KEYS = ("name", "cluster", "policy", "scheduler", "options", "limits", "cost", "window_s")
 ENGINE_OPTIONS = ("sp_replicas", "decode_replicas", "colocate_tokens", "long_tag", "fast_forward")
 
 
@@ -58,9 +61,15 @@ def canonical_system(block: Any) -> dict[str, Any]:
             raise ValueError(f"sweep config: system {block.get('name', '?')!r}: limits must be a spec string "
                              f"without M (M is the cluster's), got {limits!r}")
         Limits.from_spec(limits)
+    window = block.get("window_s")
+    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))
+                               or not 0 < window < float("inf")):
+        raise ValueError(f"sweep config: system {block.get('name', '?')!r}: window_s must be a finite number > 0 "
+                         f"(seconds), got {window!r}")
     name = block.get("name") or f"{policy}/{block['scheduler']}"
-    return {"name": str(name), "cluster": cluster.to_spec(), "policy": policy, "scheduler": block["scheduler"],
-            "options": dict(options), "limits": limits, "cost": block.get("cost")}
+    out = {"name": str(name), "cluster": cluster.to_spec(), "policy": policy, "scheduler": block["scheduler"],
+           "options": dict(options), "limits": limits, "cost": block.get("cost")}
+    return out | ({"window_s": float(window)} if window is not None else {})
 
 
 def system_columns(system_json: str) -> dict[str, Any]:
@@ -71,13 +80,16 @@ def system_columns(system_json: str) -> dict[str, Any]:
 
 def run_system(workload: str, system_json: str) -> dict[str, Any]:
     """Simulate ``workload`` on the system; its metrics, per-tag metrics (suffixed by the tag) and size."""
-    from infermax.cluster import simulate_cluster
+    from infermax.cluster import Cluster, ClusterEngine
+    from infermax.types import Workload
 
     s = json.loads(system_json)
-    res = simulate_cluster(workload, s["cluster"], s["policy"], s["scheduler"], limits=s["limits"], cost=s["cost"],
+    cluster = Cluster.from_spec(s["cluster"])
+    engine = ClusterEngine(Workload.from_spec(workload), cluster, s["policy"], s["scheduler"], s["limits"], s["cost"],
                            **s["options"])
+    res = engine.run(until_s=s.get("window_s", float("inf")))
     row = dict(res.metrics)
     for tag, values in sorted(res.by_tag.items()):
         row |= {f"{k}_{tag}": v for k, v in values.items()}
-    row["num_replicas"] = res.cluster.num_replicas
+    row["num_replicas"] = cluster.num_replicas
     return row

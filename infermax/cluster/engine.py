@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -46,6 +46,9 @@ from .replicas import GANG, MIGRATE, Replicas
 from .result import ClusterResult, assemble
 from .roles import plan_roles
 from .spec import Cluster
+
+if TYPE_CHECKING:
+    from .window import WindowResult
 
 __all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
@@ -98,7 +101,10 @@ class ClusterEngine:
         return self.loads.tokens.copy()
 
     # --- the loop ------------------------------------------------------------------------------------
-    def run(self, progress: Callable[[int, int], None] | None = None) -> ClusterResult:
+    def run(self, progress: Callable[[int, int], None] | None = None,
+            until_s: float = math.inf) -> "ClusterResult | WindowResult":
+        """Run to the end, or (``until_s`` finite) stop at that time: then a
+        :class:`~infermax.cluster.window.WindowResult` (the measurement window of a capacity sweep)."""
         w, reps, disp = self.workload, self.replicas, self.dispatcher
         order = np.argsort(w.arrivals_s, kind="stable")
         arrivals = w.arrivals_s[order].tolist()
@@ -107,6 +113,9 @@ class ClusterEngine:
         while True:
             t_arr = arrivals[k] if k < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
+            if min(t_arr, t_ev) > until_s:
+                from .window import windowed
+                return windowed(self, until_s)
             if t_arr == math.inf and t_ev == math.inf:
                 if self._drained():
                     break

@@ -143,3 +143,16 @@ def test_sweep_system_cells_run_loongserve_and_sarathi_tp8_pp2():
         with pytest.raises(ValueError, match=msg):
             SweepConfig.from_dict({"workloads": ["fixed:I=8,O=2,B=2"], "systems": [bad]})
     assert dataclasses.is_dataclass(SweepConfig)
+
+
+def test_a_window_past_the_end_gives_the_full_run_and_a_short_one_censors(mixed):
+    from infermax.cluster import ClusterEngine
+
+    w, r = mixed
+    whole = ClusterEngine(w, LOONG, "loongserve", "sarathi-pc").run(until_s=1e9)
+    np.testing.assert_array_equal(whole.first_token_s, r.trace.requests["first_token_s"])
+    np.testing.assert_array_equal(whole.completion_s, r.trace.requests["completion_s"])
+    assert whole.metrics["ttft_p50_s"] == pytest.approx(r.metrics["ttft_p50_s"]) and whole.metrics["served_fraction"] == 1
+    cut = ClusterEngine(w, LOONG, "loongserve", "sarathi-pc").run(until_s=205.0)   # the 300K prefill is running
+    assert cut.metrics["num_arrived"] == 5 and cut.metrics["num_first_token"] == 4
+    assert np.isnan(cut.first_token_s[3]) and cut.by_tag["long"]["ttft_p99_s"] == float("inf")
