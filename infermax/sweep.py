@@ -50,7 +50,7 @@ from .sweep_config import (DEFAULT_COSTS, DEFAULT_LIMITS, FIXED_TEMPLATE, Cell, 
 
 log = logging.getLogger(__name__)
 
-NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s")   # timings; every other column is reproducible
+NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s", "cpu_s")   # timings; every other column is reproducible
 
 
 def _solve(cell: Cell) -> dict[str, Any]:

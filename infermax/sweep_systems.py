@@ -18,7 +18,7 @@ Limits: M is the cluster's (each replica's KV capacity); ``limits`` (optional, w
 M) sets the rest, else C and P cover the longest prompt one replica serves. The row
 holds the run's metrics, the same metrics per request tag with the tag as suffix
 (``ttft_p50_s_long``, ``tpot_p50_s_short``, ...), and ``system``, ``cluster``,
-``cluster_policy``, ``num_replicas``. With ``window_s`` the run stops at that time and
+``cluster_policy``, ``num_replicas``, ``cpu_s`` (the cell's CPU time). With ``window_s`` the run stops at that time and
 the metrics are the window's (:mod:`infermax.cluster.window`: TTFT percentiles with
 requests not served by then as +∞, TPOT over those completed, ``served_fraction``).
 """
@@ -83,6 +83,9 @@ def run_system(workload: str, system_json: str) -> dict[str, Any]:
     from infermax.cluster import Cluster, ClusterEngine
     from infermax.types import Workload
 
+    import time
+
+    cpu0 = time.process_time()
     s = json.loads(system_json)
     cluster = Cluster.from_spec(s["cluster"])
     engine = ClusterEngine(Workload.from_spec(workload), cluster, s["policy"], s["scheduler"], s["limits"], s["cost"],
@@ -92,4 +95,5 @@ def run_system(workload: str, system_json: str) -> dict[str, Any]:
     for tag, values in sorted(res.by_tag.items()):
         row |= {f"{k}_{tag}": v for k, v in values.items()}
     row["num_replicas"] = cluster.num_replicas
+    row["cpu_s"] = time.process_time() - cpu0          # (this cell's CPU time, whichever process ran it)
     return row

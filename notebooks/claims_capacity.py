@@ -1,0 +1,158 @@
+"""Medha's capacity claims (medha.txt §5.2, Figs. 15–16): Medha vs LoongServe vs Sarathi under load.
+
+:func:`run_capacity` runs the sweep of :mod:`infermax.medha_capacity` (7 loads × the
+systems, Llama-3 8B on 16 A100s, 5 % long requests, an hour of arrivals measured over
+that hour) at a ``scale`` of the hour; :func:`capacity_figure` draws Figs. 15–16 as
+curves over the load; :func:`capacity_claims` measures the claims below on the
+results and returns their rows in the findings format (``claimlib``). The claims are
+registered for notebook 09 (``CLAIMS``); its results table must hold the sweep's
+rows (columns ``rate``, ``policy`` = system, and the window metrics).
+
+A median TTFT beyond the window (more than half the requests without a first token
+by its end) is ``inf``; the ratios then use ``ttft_p50_lb_s``, a lower bound of that
+median (each censored TTFT replaced by window end − arrival), and say so (``≥``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, cells, fmt_factor, registrar, wide
+
+from infermax.medha_capacity import LOADS_RPS, WINDOW_S, capacity_config
+
+CLAIMS: list[Claim] = []
+NB9 = "09_medha"
+medha = registrar(CLAIMS, paper="Medha", notebook=NB9)
+
+
+# --- the sweep, the figure, the rows ---------------------------------------------------------------------------
+def run_capacity(scale: float = 1.0, systems: "Mapping[str, Mapping[str, Any]] | None" = None,
+                 loads: Sequence[float] = LOADS_RPS, executor: str = "local", workers: int = 2,
+                 out: Any = None, seed: int = 0) -> pd.DataFrame:
+    """The capacity sweep over ``scale`` × an hour (arrivals and window), one row per (load, system)."""
+    import infermax
+
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0 < scale <= 1:
+        raise ValueError(f"run_capacity: scale must be in (0, 1] (a share of the hour), got {scale!r}")
+    cfg = capacity_config(loads, systems, WINDOW_S * scale, seed=seed)
+    df = infermax.sweep(cfg, out=out, executor=executor, workers=workers, resume=out is not None)
+    if df["error"].notna().any():
+        bad = df[df["error"].notna()].iloc[0]
+        raise RuntimeError(f"capacity sweep: {bad['policy']} at {bad['workload']} failed: {bad['error']}")
+    return df
+
+
+def _median_ttft(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(median TTFT per load × system, with a censored one replaced by its lower bound; True where it was)."""
+    t = wide(df, "ttft_p50_s", "rate")
+    lb = wide(df, "ttft_p50_lb_s", "rate") if "ttft_p50_lb_s" in df else t
+    censored = ~np.isfinite(t)
+    return t.where(~censored, lb), censored
+
+
+def capacity_figure(df: pd.DataFrame):
+    """Fig. 15 (median and p99 TTFT) and Fig. 16 (median TPOT) over the load, one curve per system."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    med, censored = _median_ttft(df)
+    for name in med.columns:
+        ax = axes[0]
+        line, = ax.plot(med.index, med[name], marker="o", label=name)
+        cut = censored[name]
+        if cut.any():       # beyond the window: a lower bound, drawn hollow
+            ax.plot(med.index[cut], med[name][cut], "o", mfc="white", color=line.get_color())
+    axes[0].set(title="median TTFT (hollow: ≥, beyond the hour)", ylabel="s", yscale="log")
+    served = wide(df, "served_fraction", "rate")
+    for name in served.columns:
+        axes[1].plot(served.index, served[name], marker="o", label=name)
+    axes[1].set(title="requests with a first token in the hour", ylim=(0, 1.05))
+    tpot = wide(df, "tpot_p50_s", "rate")
+    for name in tpot.columns:
+        axes[2].plot(tpot.index, tpot[name] * 1e3, marker="o", label=name)
+    axes[2].set(title="median decode latency (TPOT)", ylabel="ms", yscale="log")
+    for ax in axes:
+        ax.set_xlabel("load, requests/s")
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("Llama-3 8B on 16 A100s, 5 % long requests (medha.txt Figs. 15-16)")
+    fig.tight_layout()
+    return fig
+
+
+def capacity_claims(df: pd.DataFrame) -> pd.DataFrame:
+    """The claims of this module measured on ``df`` (the findings rows, with ``holds``)."""
+    from findings import COLUMNS
+
+    return pd.DataFrame([c.evaluate(df) for c in CLAIMS], columns=COLUMNS + ["holds"])
+
+
+# --- the claims ------------------------------------------------------------------------------------------------
+def _ratio_text(r: float, num: float, den: float, censored: bool, where: str) -> str:
+    ge = "≥ " if censored else ""
+    return f"{ge}{fmt_factor(r, 'x')} ({where}: LoongServe {ge}{num:.4g} s, Medha {den:.4g} s)"
+
+
+@medha("§5.2, Fig. 15(b)", "With 5 % long requests Medha's median TTFT is up to 30x lower than LoongServe's",
+       Effect(lo=30.0),
+       "in infermax's A100 cost model a 1M-token prefill of Llama-3 8B takes ≈ 350 s on TP 8 (≈ 415 s on LoongServe's "
+       "six-instance ring): the 5 % long requests alone exceed the 16 GPUs' prefill capacity from the lowest loads, "
+       "so every system builds a backlog; Medha's slack-first scheduler keeps short requests moving past it while "
+       "LoongServe's first-come-first-served gangs queue them behind every long prefill")
+def _(df: pd.DataFrame) -> Ours:
+    med, censored = _median_ttft(df)
+    ratio = (med["loongserve"] / med["medha"]).replace([np.inf, -np.inf], np.nan).dropna()
+    if ratio.empty:
+        raise Missing("no load with a finite Medha median")
+    at = ratio.idxmax()
+    text = _ratio_text(float(ratio[at]), float(med.loc[at, "loongserve"]), float(med.loc[at, "medha"]),
+                       bool(censored.loc[at, "loongserve"]), f"{at:g} req/s")
+    return Ours(float(ratio[at]), text + f"; > 1 at {int((ratio > 1).sum())}/{len(ratio)} loads",
+                holds=bool((ratio > 1).mean() > 0.5))
+
+
+@medha("§5.2, Fig. 15(b)", "At 0.75 QPS Medha's median TTFT is 30x lower than LoongServe's", Effect(lo=30.0),
+       "see the claim above: at 0.75 requests/s our LoongServe is already far beyond its capacity (its median "
+       "request gets no first token within the hour) while Medha serves short requests within seconds")
+def _(df: pd.DataFrame) -> Ours:
+    med, censored = _median_ttft(df)
+    if 0.75 not in med.index:
+        raise Missing("no 0.75 req/s cell")
+    num, den = float(med.loc[0.75, "loongserve"]), float(med.loc[0.75, "medha"])
+    return Ours(num / den, _ratio_text(num / den, num, den, bool(censored.loc[0.75, "loongserve"]), "0.75 req/s"))
+
+
+@medha("§5.2, Fig. 15(b)", "Sarathi (TP 8, PP 2) degrades quickly with load (HOL blocking): its median TTFT is "
+       "above Medha's at every load", Ordering(),
+       "Sarathi serves prefills first come, first served in 512-token chunks: a short request behind a 1M-token "
+       "prompt waits for all of its chunks")
+def _(df: pd.DataFrame) -> Ours:
+    med, _ = _median_ttft(df)
+    return cells(med["sarathi"] > med["medha"])
+
+
+@medha("§5.2, Fig. 16(b)", "With long requests Medha's decode latency (median TPOT) is comparable to or better than "
+       "LoongServe's and Sarathi's", Ordering(),
+       "our `medha` scheduler sizes every chunk to fill its batch-time target (0.2 s without a TPOT SLO), so every "
+       "decode sharing a batch with a long prefill chunk waits that long; LoongServe decodes on dedicated "
+       "instances and Sarathi's 512-token chunks are short")
+def _(df: pd.DataFrame) -> Ours:
+    t = wide(df, "tpot_p50_s", "rate")
+    return cells(t["medha"] <= 1.25 * t[["loongserve", "sarathi"]].min(axis=1))
+
+
+@medha("§5.2, Fig. 16(b)", "Sarathi's TPOT reaches about 1 s (static chunks over long sequences)",
+       Near(value=1.0, tol=0.5, why="'as high as 1 second': the largest p99 TPOT, ±50 %"),
+       "a 512-token chunk late in a 1M-token prompt attends over up to 1M cached tokens: in our A100 cost model "
+       "that batch takes far less than a second on TP 8")
+def _(df: pd.DataFrame) -> Ours:
+    t = wide(df, "tpot_p99_s", "rate")["sarathi"].dropna()
+    if t.empty:
+        raise Missing("no Sarathi TPOT")
+    return Ours(float(t.max()), f"{t.max():.3g} s p99 at {t.idxmax():g} req/s")
+
+
+__all__ = ["CLAIMS", "capacity_claims", "capacity_figure", "run_capacity"]
