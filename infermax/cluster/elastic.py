@@ -35,6 +35,11 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
   last layer is exposed. When no decode instance has room the gang keeps the KV
   and asks again every ``retry_s`` (its instances stay busy meanwhile).
 
+``loongserve-reserve`` (medha.txt §5.4, Fig. 23: "reserving two of eight CP
+instances for short requests"): the first prefill instance of each node in turn,
+``SHORT_RESERVE`` of them, serve only requests that need no gang, the rest only
+gangs; each pool queues first come, first served, without blocking the other.
+
 Not modelled: LoongServe's per-iteration re-planning (moving decode KV to free
 instances for a big prefill, scaling a decode up when it outgrows its instances),
 and its multi-master decoding of one request over several instances: every
@@ -57,6 +62,7 @@ from .roles import Roles, _check_one_replica_fits, _prefill_pool, local_limits
 from .spec import Cluster
 
 MIN_SHARD_TOKENS = 24_500     # prompt tokens per instance below which ring attention stops paying (medha §2.2)
+SHORT_RESERVE = 2             # loongserve-reserve: prefill instances kept for requests that need no gang (§5.4)
 RETRY_S = 0.25                # a gang whose KV finds no decode instance asks again after this long
 
 
@@ -76,10 +82,20 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limi
     """Who serves what under LoongServe: gangs for prompts that want two or more instances, one instance
     for the others; every request's peak KV within one (decode) instance's M."""
     prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
-    num_prefill = int(prefill_pool.sum())
+    eligible_short, eligible_long = prefill_pool.copy(), prefill_pool.copy()
+    if pol.queue == "reservation":            # the first prefill instances of each node in turn serve short ones
+        pool = np.flatnonzero(prefill_pool)
+        if pool.size <= SHORT_RESERVE:
+            raise ValueError(f"{pol.name}: reserving {SHORT_RESERVE} instances for short requests leaves none of the "
+                             f"{pool.size} prefill instances of {cluster.to_spec()} for long ones")
+        nodes = cluster.replica_nodes[pool]
+        by_turn = pool[np.lexsort((pool, nodes, _rank_in_group(nodes)))]
+        eligible_long[by_turn[:SHORT_RESERVE]] = False
+        eligible_short &= ~eligible_long
+    num_prefill = int(eligible_long.sum())
     if sp_replicas is not None and (isinstance(sp_replicas, bool) or not isinstance(sp_replicas, int)
                                     or not 1 <= sp_replicas <= num_prefill):
-        raise ValueError(f"sp_replicas must be an integer in [1, {num_prefill}] (the prefill instances of "
+        raise ValueError(f"sp_replicas must be an integer in [1, {num_prefill}] (the instances that prefill gangs on "
                          f"{cluster.to_spec()} under {pol.name}), got {sp_replicas!r}")
     cap = sp_replicas or num_prefill
     peak = workload.input_lens + workload.output_lens - 1
@@ -97,8 +113,18 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limi
     _check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
     k_min = np.where(on_gang, np.maximum(k_kv, -(-target // 2)), 0)
     return Roles(limits=lim, sp_replicas=cap, is_long=on_gang.copy(), on_gang=on_gang, gang_size=k_min,
-                 prefill_pool=prefill_pool, eligible_long=prefill_pool.copy(), eligible_short=prefill_pool.copy(),
+                 prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short,
                  gang_max=np.where(on_gang, target, 0))
+
+
+def _rank_in_group(groups: np.ndarray) -> np.ndarray:
+    """Per element its position among the equal values before it (0, 1, ... within each group)."""
+    out = np.zeros(groups.size, dtype=np.int64)
+    seen: dict[int, int] = {}
+    for k, g in enumerate(groups.tolist()):
+        out[k] = seen.get(g, 0)
+        seen[g] = out[k] + 1
+    return out
 
 
 def choose_elastic(cluster: Cluster, k_min: int, k_max: int, queue_tokens: np.ndarray,

@@ -26,7 +26,9 @@ three baselines as the PecSched paper does.
 ``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
 first served; every request prefills on an *elastic* gang sized by its prompt
 (ring attention, no preemption), then *scales down*: its KV moves to the decode
-pool (disaggregated), where it decodes.
+pool (disaggregated), where it decodes. ``loongserve-reserve`` (medha.txt §5.4,
+Fig. 23) sets two prefill instances apart for requests that need no gang; the two
+pools queue separately.
 """
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ _POLICIES = {
     "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
     "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
     "loongserve": ClusterPolicy("loongserve", "fifo", disaggregate=True, elastic=True, scale_down=True),
+    "loongserve-reserve": ClusterPolicy("loongserve-reserve", "reservation", disaggregate=True, elastic=True,
+                                        scale_down=True),
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

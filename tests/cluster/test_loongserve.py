@@ -159,3 +159,16 @@ def test_a_window_past_the_end_gives_the_full_run_and_a_short_one_censors(mixed)
     # first come, first served without preemption: the short request behind the 300K prompt waits for it
     # (every prefill instance is in its gang): the head-of-line blocking of medha.txt Fig. 1
     assert np.isnan(cut.first_token_s[4]) and r.trace.requests["first_token_s"][4] > r.gangs[-1].first_token_s
+
+
+def test_the_reserve_ablation_keeps_two_instances_for_short_requests(mixed):
+    w, _ = mixed
+    r = simulate_cluster(w, LOONG, "loongserve-reserve", "sarathi-pc")
+    reserved = {0, 4}                        # the first prefill instance of each node
+    assert all(not set(g.members) & (reserved | DECODE_POOL) for g in r.gangs)
+    assert {len(g.members) for g in r.gangs} == {3, 4}                   # at most the 4 others
+    short = [i for i in range(len(w)) if i not in {g.request for g in r.gangs}]
+    assert set(r.replica_of[short].tolist()) <= reserved
+    replay_cluster(r.cluster_schedule(), w)
+    # the short request behind the 300K prompt no longer waits for it
+    assert r.trace.requests["first_token_s"][4] < r.gangs[-1].first_token_s
