@@ -10,8 +10,7 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
   when each instance holds enough tokens to hide the KV rotation behind its
   attention: medha.txt §2.2 quotes 24.5K tokens on A100 with InfiniBand), capped
   by the prefill pool (or ``sp_replicas``). It starts on at least
-  ``max(k_kv, ceil(k_target / 2))`` free instances (k_kv: what its KV needs) and
-  takes up to ``k_target`` of them, filling the nodes with the most free instances
+  ``ceil(k_target / 2)`` free instances and takes up to ``k_target`` of them, filling the nodes with the most free instances
   first (:func:`choose_elastic`). A request with ``k_target = 1`` (every short
   request) is prefilled whole (no chunking) by one instance's local scheduler,
   batched with the other prompts there. The global queue is first come, first
@@ -55,7 +54,6 @@ import numpy as np
 from infermax.types import Limits, Workload
 
 from .gang import Gang
-from .placement import replicas_needed
 from .policies import ClusterPolicy
 from .replicas import GANG, MIGRATE
 from .roles import Roles, _check_one_replica_fits, _prefill_pool, local_limits
@@ -107,11 +105,10 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limi
                          f"{int(workload.output_lens[i])}) needs {int(peak[i])} KV tokens at its peak, more than one "
                          f"decode instance's M = {M} on {cluster.to_spec()} (a request decodes on one instance)")
     target = gang_targets(workload.input_lens, cap)
-    k_kv = np.array([replicas_needed(cluster, int(p)) for p in peak], dtype=np.int64)
     on_gang = (target >= 2) & (cap >= 2)
     lim = local_limits(cluster, workload, limits, ~on_gang)
     _check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
-    k_min = np.where(on_gang, np.maximum(k_kv, -(-target // 2)), 0)
+    k_min = np.where(on_gang, -(-target // 2), 0)          # (the KV fits one instance: checked above)
     return Roles(limits=lim, sp_replicas=cap, is_long=on_gang.copy(), on_gang=on_gang, gang_size=k_min,
                  prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short,
                  gang_max=np.where(on_gang, target, 0))
