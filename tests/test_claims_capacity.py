@@ -21,7 +21,7 @@ def test_capacity_claims_on_a_small_sweep():
     fig = cc.capacity_figure(df)
     assert len(fig.axes) == 3
     rows = cc.capacity_claims(df)
-    assert len(rows) == len(cc.CLAIMS) == 5 and set(rows["verdict"]) <= set(VERDICTS)
+    assert len(rows) == len(cc.CLAIMS) == 6 and set(rows["verdict"]) <= set(VERDICTS)
     assert (rows["paper"] == "Medha").all() and (rows["notebook"] == "09").all()
     with pytest.raises(ValueError, match="scale must be in"):
         cc.run_capacity(scale=2.0)
