@@ -16,9 +16,10 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
   batched with the other prompts there. The global queue is first come, first
   served and a prefill is never preempted: a long request waiting for instances
   blocks the queue (the head-of-line blocking of medha.txt §2.3, Fig. 1).
-  A gang's prefill is priced by plain ring attention over its instances
-  (:func:`~infermax.cluster.fastsp.fast_sp_prefill` with ``ring_only``: causal
-  imbalance, KV rotation exposed where attention cannot hide it).
+  A gang's prefill is priced by ring attention over its instances, striped as
+  LoongServe's kernels stripe it so every instance does the same causal work
+  (:func:`~infermax.cluster.fastsp.fast_sp_prefill` with ``ring_only`` and
+  ``striped``; the KV rotation exposed where attention cannot hide it).
 - **Scale-down (decode).** LoongServe keeps a request's KV on a subset of the
   prefill instances, written there while the prefill runs (proactive migration),
   and decodes it on that subset; Medha describes the result as separate pools for

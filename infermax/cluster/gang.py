@@ -75,9 +75,10 @@ class Gang:
 
 
 def make_gang(cluster: Cluster, gid: int, request: int, members: tuple[int, ...], input_len: int,
-              output_len: int, fast_sp: bool) -> Gang:
-    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention)."""
-    plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp)
+              output_len: int, fast_sp: bool, striped: bool = False) -> Gang:
+    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention; ``striped``:
+    load-balanced ring attention)."""
+    plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp, striped=striped)
     m = cluster.model
     k = len(members)
     peak = int(input_len) + int(output_len) - 1

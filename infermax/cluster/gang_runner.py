@@ -98,7 +98,8 @@ class GangRunner:
     # --- forming and starting ----------------------------------------------------------------------------
     def form(self, i: int, members: tuple[int, ...], input_len: int, output_len: int, now: float) -> None:
         """Long request i gets a gang on ``members``; it starts at once if they have no short work."""
-        g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp)
+        g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp,
+                      self.pol.striped)
         self.gangs.append(g)
         for r in members:
             self.gang_of[r] = g.gid

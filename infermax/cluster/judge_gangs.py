@@ -120,12 +120,14 @@ def _scales_down(meta: dict) -> bool:
 
 
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
-    """The gang as the cluster prices it: the policy's SP plan, else the cheaper of fast SP and ring."""
+    """The gang as the cluster prices it: the policy's SP plan, else the cheapest of fast SP, ring and striped
+    ring."""
     try:
-        plans = [get_policy(meta["policy"]).fast_sp]
+        pol = get_policy(meta["policy"])
+        plans = [(pol.fast_sp, pol.striped)]
     except (KeyError, ValueError):
-        plans = [True, False]
-    refs = [make_gang(cluster, gid, i, members, I, O, fast) for fast in plans]
+        plans = [(True, False), (False, False), (False, True)]
+    refs = [make_gang(cluster, gid, i, members, I, O, fast, striped) for fast, striped in plans]
     return min(refs, key=lambda x: x.prefill_s)
 
 

@@ -25,7 +25,7 @@ three baselines as the PecSched paper does.
 
 ``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
 first served; every request prefills on an *elastic* gang sized by its prompt
-(ring attention, no preemption), then *scales down*: its KV moves to the decode
+(striped ring attention, no preemption), then *scales down*: its KV moves to the decode
 pool (disaggregated), where it decodes. ``loongserve-reserve`` (medha.txt §5.4,
 Fig. 23) sets two prefill instances apart for requests that need no gang; the two
 pools queue separately.
@@ -47,6 +47,7 @@ class ClusterPolicy:
     fast_sp: bool = False
     elastic: bool = False      # gang size from the prompt length and the free replicas (LoongServe)
     scale_down: bool = False   # after its prefill a gang's KV migrates to the decode pool (LoongServe)
+    striped: bool = False      # ring attention load-balanced by striping the sequence (LoongServe)
 
     @property
     def exclusive(self) -> bool:
@@ -63,9 +64,10 @@ _POLICIES = {
     "pecsched-dis": ClusterPolicy("pecsched-dis", "pecsched", True, False, True, True),
     "pecsched-col": ClusterPolicy("pecsched-col", "pecsched", True, True, False, True),
     "pecsched-fsp": ClusterPolicy("pecsched-fsp", "pecsched", True, True, True, False),
-    "loongserve": ClusterPolicy("loongserve", "fifo", disaggregate=True, elastic=True, scale_down=True),
+    "loongserve": ClusterPolicy("loongserve", "fifo", disaggregate=True, elastic=True, scale_down=True,
+                                striped=True),
     "loongserve-reserve": ClusterPolicy("loongserve-reserve", "reservation", disaggregate=True, elastic=True,
-                                        scale_down=True),
+                                        scale_down=True, striped=True),
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

@@ -148,5 +148,6 @@ def _cluster_metrics(engine: Any, merged: Trace) -> dict[str, Any]:
 
 def _gang_bytes(engine: Any, g: Gang) -> tuple[float, float]:
     from .fastsp import fast_sp_prefill
-    p = fast_sp_prefill(engine.cluster, g.input_len, g.members, ring_only=not engine.pol.fast_sp)
+    p = fast_sp_prefill(engine.cluster, g.input_len, g.members, ring_only=not engine.pol.fast_sp,
+                        striped=engine.pol.striped)
     return p.nvlink_bytes, p.network_bytes

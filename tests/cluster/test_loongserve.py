@@ -10,6 +10,7 @@ import pytest
 from infermax import Request, Workload
 from infermax.cluster import Cluster, ClusterScheduleError, ClusterSchedule, replay_cluster, simulate_cluster
 from infermax.cluster.elastic import choose_elastic, gang_targets
+from infermax.cluster.fastsp import fast_sp_prefill
 
 # the paper's LoongServe: Llama-3 8B, 8 instances of TP 2 on 16 A100s; by default the last one per node decode
 LOONG = Cluster.from_spec("a100:nodes=2,model=llama3-8b,tp=2")
@@ -35,8 +36,12 @@ def test_gang_size_grows_with_the_prompt_length(mixed):
     sizes = {g.input_len: len(g.members) for g in r.gangs}
     assert sizes == {60_000: 3, 300_000: 6}                 # short prompts run on one instance, no gang
     assert all(not set(g.members) & DECODE_POOL for g in r.gangs)
-    assert {g.sp_plan for g in r.gangs} == {"ring/megatron"}   # plain ring attention (no fast SP)
+    assert {g.sp_plan for g in r.gangs} == {"ring-striped/megatron"}   # striped ring attention (no fast SP)
     assert all(len({LOONG.replicas[m].node for m in g.members}) == 2 for g in r.gangs if len(g.members) == 6)
+    g = r.gangs[-1]                           # striping balances the causal work: cheaper than the plain ring
+    plain = fast_sp_prefill(LOONG, g.input_len, g.members, ring_only=True)
+    assert g.prefill_s == fast_sp_prefill(LOONG, g.input_len, g.members, ring_only=True, striped=True).time_s
+    assert g.prefill_s < 0.75 * plain.time_s
 
 
 def test_gang_size_grows_with_the_free_instances():
