@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--systems", default=",".join(SYSTEMS), help=f"of {', '.join(SYSTEMS)}")
     ap.add_argument("--loads", default=",".join(f"{x:g}" for x in LOADS_RPS), help="requests/s")
     ap.add_argument("--window", type=float, default=WINDOW_S, help="seconds of arrivals, and of measurement")
+    ap.add_argument("--long-fracs", default="0.05", help="shares of long requests (Fig. 15(b): 0.05; (a): 0)")
     ap.add_argument("--out", default=None, help="parquet to keep (resumable); default: none, every cell runs")
     args = ap.parse_args()
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
@@ -39,7 +40,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--systems: unknown {unknown}; known: {', '.join(SYSTEMS)}")
     loads = [float(x) for x in args.loads.split(",")]
-    cfg = capacity_config(loads, {s: SYSTEMS[s] for s in names}, args.window)
+    fracs = [float(x) for x in args.long_fracs.split(",")]
+    cfg = capacity_config(loads, {s: SYSTEMS[s] for s in names}, args.window, fracs)
     cpu0, wall0 = _cpu_s(), time.perf_counter()
     df = infermax.sweep(cfg, out=args.out, executor=args.executor, workers=args.workers, resume=args.out is not None)
     wall = time.perf_counter() - wall0
@@ -48,11 +50,12 @@ def main() -> None:
     cells_cpu = float(df["cpu_s"].sum())
     here = _cpu_s() - cpu0 - (cells_cpu if args.executor == "serial" else 0.0)
     cpu = cells_cpu + max(here, 0.0)
-    print(f"{len(df)} cells ({len(loads)} loads x {len(names)} systems, {args.window:g} s each): "
+    print(f"{len(df)} cells ({len(fracs)} mixes x {len(loads)} loads x {len(names)} systems, {args.window:g} s each): "
           f"{cpu:.1f} CPU-s ({cpu / 60:.2f} CPU-min; target <= 5; cells {cells_cpu:.1f}), {wall:.1f} s wall, "
           f"executor {args.executor}")
     print("per cell, CPU s:")
-    print(df.pivot_table(index="rate", columns="policy", values="cpu_s", sort=False).round(1).to_string())
+    print(df.pivot_table(index=["long_frac", "rate"], columns="policy", values="cpu_s", sort=False).round(1)
+          .to_string())
     tables = capacity_tables(df)
     for metric, title in (("ttft_p50_s", "median TTFT, s (Fig. 15; inf: half the requests had no first token "
                                          "in the window)"), ("ttft_p99_s", "p99 TTFT, s"),
@@ -64,7 +67,7 @@ def main() -> None:
             print(f"\n{title}\n{tables[metric].to_string(float_format=lambda v: f'{v:.4g}')}")
     if "medha" in names and "loongserve" in names:
         t = tables["ttft_p50_s"]
-        print("\nmedian TTFT, loongserve / medha:", (t["loongserve"] / t["medha"]).round(1).to_dict())
+        print("\nmedian TTFT, loongserve / medha:", (t["loongserve"] / t["medha"]).round(1).to_string())
     if args.out:
         print(f"\nresults in {Path(args.out)}")
 

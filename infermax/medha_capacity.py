@@ -48,20 +48,24 @@ def workload_spec(rate_rps: float, window_s: float = WINDOW_S, long_frac: float 
 
 
 def capacity_config(loads: Sequence[float] = LOADS_RPS, systems: "Mapping[str, Mapping[str, Any]] | None" = None,
-                    window_s: float = WINDOW_S, long_frac: float = 0.05, seed: int = 0) -> dict[str, Any]:
-    """The sweep config (a dict for :func:`infermax.sweep`): one cell per load and system."""
+                    window_s: float = WINDOW_S, long_fracs: Sequence[float] = (0.05,), seed: int = 0) -> dict[str, Any]:
+    """The sweep config (a dict for :func:`infermax.sweep`): one cell per mix (share of long requests:
+    Fig. 15(b) 0.05, Fig. 15(a) 0), load and system."""
     systems = SYSTEMS if systems is None else systems
     if not systems:
         raise ValueError("capacity sweep: systems must name at least one system")
     if not loads:
         raise ValueError("capacity sweep: loads must list at least one load (requests/s)")
+    if isinstance(long_fracs, (int, float)) or not long_fracs:
+        raise ValueError(f"capacity sweep: long_fracs must be a non-empty list of shares, got {long_fracs!r}")
     return {"name": "medha-capacity",
-            "workloads": [workload_spec(r, window_s, long_frac, seed) for r in loads],
+            "workloads": [workload_spec(r, window_s, f, seed) for f in long_fracs for r in loads],
             "systems": [{"name": name, **dict(block), "window_s": window_s} for name, block in systems.items()]}
 
 
 def capacity_tables(df: Any) -> dict[str, Any]:
-    """Per metric a table (rows: load in requests/s, columns: system) of a capacity sweep's results."""
+    """Per metric a table (rows: share of long requests and load in requests/s, columns: system) of a capacity
+    sweep's results."""
     if df["error"].notna().any():
         bad = df[df["error"].notna()].iloc[0]
         raise ValueError(f"capacity sweep: cell {bad['policy']} at {bad['workload']} failed: {bad['error']}")
@@ -69,5 +73,5 @@ def capacity_tables(df: Any) -> dict[str, Any]:
     for metric in ("ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "served_fraction",
                    "ttft_p50_s_short", "ttft_p50_s_long", "served_fraction_long"):
         if metric in df:
-            out[metric] = df.pivot_table(index="rate", columns="policy", values=metric, sort=False)
+            out[metric] = df.pivot_table(index=["long_frac", "rate"], columns="policy", values=metric, sort=False)
     return out

@@ -15,13 +15,13 @@ def test_capacity_claims_on_a_small_sweep():
     import claims_capacity as cc
     from claimlib import VERDICTS
 
-    df = cc.run_capacity(scale=0.01, loads=(0.75, 1.75), executor="serial")     # 36 s windows
-    assert sorted(df["policy"].unique()) == ["loongserve", "medha", "sarathi"] and len(df) == 6
+    df = cc.run_capacity(scale=0.01, loads=(0.75, 1.75), executor="serial")     # 36 s windows, two mixes
+    assert sorted(df["policy"].unique()) == ["loongserve", "medha", "sarathi"] and len(df) == 12
     assert (df["num_arrived"] <= df["B"]).all() and (df["served_fraction"] <= 1).all()   # (B arrive in ~ the window)
     fig = cc.capacity_figure(df)
     assert len(fig.axes) == 3
     rows = cc.capacity_claims(df)
-    assert len(rows) == len(cc.CLAIMS) == 6 and set(rows["verdict"]) <= set(VERDICTS)
+    assert len(rows) == len(cc.CLAIMS) == 8 and set(rows["verdict"]) <= set(VERDICTS)
     assert (rows["paper"] == "Medha").all() and (rows["notebook"] == "09").all()
     with pytest.raises(ValueError, match="scale must be in"):
         cc.run_capacity(scale=2.0)
