@@ -177,3 +177,22 @@ def test_the_reserve_ablation_keeps_two_instances_for_short_requests(mixed):
     replay_cluster(r.cluster_schedule(), w)
     # the short request behind the 300K prompt no longer waits for it
     assert r.trace.requests["first_token_s"][4] < r.gangs[-1].first_token_s
+
+
+def test_a_kv_without_room_on_the_decode_pool_waits_on_its_gang():
+    # one decode instance (M = 1,057,115 tokens); the 900K request decodes 3000 tokens there while the 200K
+    # one finishes its prefill: both do not fit, so the second KV stays on its gang until the first is done
+    w = _workload((900_000, 3000, 0.0), (200_000, 20, 1.0))
+    r = simulate_cluster(w, LOONG, "loongserve", "sarathi-pc", decode_replicas=1)
+    first, second = sorted(r.gangs, key=lambda g: g.request)
+    m = {x["request"]: x for x in r.migrations}
+    done = r.trace.requests["completion_s"]
+    assert m[1]["sent_s"] > second.first_token_s and m[1]["sent_s"] >= done[0]
+    assert m[1]["arrive_s"] >= m[1]["sent_s"] + LOONG.transfer_s(LOONG.kv_bytes(200_000), m[1]["src"], 7)
+    assert r.trace.requests["first_token_s"][1] == second.first_token_s     # its TTFT is its prefill's
+    doc = r.cluster_schedule().to_dict()
+    replay_cluster(ClusterSchedule.from_dict(doc), w)
+    late = next(x for x in doc["migrations"] if x["request"] == 1)    # not sent during the prefill: whole KV
+    late["arrive_s"] = late["sent_s"] + 2 * LOONG.transfer_s(LOONG.kv_bytes(200_000) / 32, late["src"], 7)
+    with pytest.raises(ClusterScheduleError, match="whole KV"):
+        replay_cluster(ClusterSchedule.from_dict(doc), w)
