@@ -183,20 +183,26 @@ class ScaleDown:
         if free < peak:
             return False
         dst = -neg
+        # the room is dst's as of its clock, which may have run past t by the batch that freed it: the KV is
+        # sent from then (and, not streamed during the prefill any more, as a whole)
+        at = max(t, reps.clock_s(dst))
+        began = began if at == t else at
         kv = cluster.kv_bytes(I)
         src = min(g.members, key=lambda m: (cluster.transfer_s(kv, m, dst), m))
-        arrive = max(t + cluster.transfer_s(kv / cluster.model.num_layers, src, dst),
+        arrive = max(at + cluster.transfer_s(kv / cluster.model.num_layers, src, dst),
                      began + cluster.transfer_s(kv, src, dst))
-        self._hold(dst, peak, t)
+        self._hold(dst, peak, at)
         mig.on_arrive[i] = lambda at, d=dst, p=peak: self._hold(d, -p, at)
         mig.link_bytes["nvlink" if cluster.same_node(src, dst) else "network"] += kv
         self.loads.inflight[dst] += g.output_len - 1
         self.loads.touch(dst)
         mig.decode_of[i] = dst
-        mig.records.append({"request": int(i), "src": int(src), "dst": int(dst), "sent_s": t, "arrive_s": arrive,
+        mig.records.append({"request": int(i), "src": int(src), "dst": int(dst), "sent_s": at, "arrive_s": arrive,
                             "bytes": kv})
         reps.push(arrive, MIGRATE, (int(i), int(dst)))
-        self.gangs.release(g, t, complete=False)
+        for r in g.members:
+            reps.wait_until(r, at)        # (its members were the gang's until now)
+        self.gangs.release(g, at, complete=False)
         return True
 
     def _hold(self, d: int, tokens: int, t: float) -> None:

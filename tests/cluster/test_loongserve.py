@@ -180,9 +180,9 @@ def test_the_reserve_ablation_keeps_two_instances_for_short_requests(mixed):
 
 
 def test_a_kv_without_room_on_the_decode_pool_waits_on_its_gang():
-    # one decode instance (M = 1,057,115 tokens); the 900K request decodes 3000 tokens there while the 200K
+    # one decode instance (M = 1,057,115 tokens); the 950K request decodes 600 tokens there while the 200K
     # one finishes its prefill: both do not fit, so the second KV stays on its gang until the first is done
-    w = _workload((900_000, 3000, 0.0), (200_000, 20, 1.0))
+    w = _workload((950_000, 600, 0.0), (200_000, 20, 1.0))
     r = simulate_cluster(w, LOONG, "loongserve", "sarathi-pc", decode_replicas=1)
     first, second = sorted(r.gangs, key=lambda g: g.request)
     m = {x["request"]: x for x in r.migrations}
