@@ -21,7 +21,10 @@ scheduler name without options; ``M``, ``C``, ``P``, ``R_max``), every metric of
 :func:`infermax.metrics` (solver cells add ``objective``, ``bound``, ``gap``,
 ``status``, ``backend``, ``solver_wall_s`` and ``schedule_json``), ``error`` (None, or the exception of a cell that
 raised) and ``wall_s``. Every column but the timings is the same whichever executor
-ran the cells (solver cells stopped by a time limit excepted).
+ran the cells (solver cells stopped by a time limit excepted). System cells (a whole
+cluster system, config key ``systems``: :mod:`infermax.sweep_systems`) come after a
+workload's solver cells, with their own columns (``system``, ``cluster``, per-tag
+metrics, ``cpu_s``).
 
 Resuming: with ``out`` set, rows already in ``out`` are kept and their cells are
 not run again (``retry_errors=True`` re-runs cells that raised); rows of cells
