@@ -14,7 +14,8 @@ arrived just before T and would have been served soon counts as +∞ too, so lat
 arrivals bias it up, as they do the paper's curves); ``served_fraction`` is where
 the CDF ends. ``ttft_p50_lb_s`` replaces each censored TTFT by its bound T − arrival:
 the median of those is a lower bound of the true median, finite where ``ttft_p50_s``
-is not. TPOT (decode latency, Fig. 16) is over the requests completed by T with more than one output token.
+is not. TPOT (decode latency, Fig. 16) is over the requests completed by T with more
+than one output token.
 """
 from __future__ import annotations
 
