@@ -21,7 +21,10 @@ scheduler name without options; ``M``, ``C``, ``P``, ``R_max``), every metric of
 :func:`infermax.metrics` (solver cells add ``objective``, ``bound``, ``gap``,
 ``status``, ``backend``, ``solver_wall_s`` and ``schedule_json``), ``error`` (None, or the exception of a cell that
 raised) and ``wall_s``. Every column but the timings is the same whichever executor
-ran the cells (solver cells stopped by a time limit excepted).
+ran the cells (solver cells stopped by a time limit excepted). System cells (a whole
+cluster system, config key ``systems``: :mod:`infermax.sweep_systems`) come after a
+workload's solver cells, with their own columns (``system``, ``cluster``, per-tag
+metrics, ``cpu_s``).
 
 Resuming: with ``out`` set, rows already in ``out`` are kept and their cells are
 not run again (``retry_errors=True`` re-runs cells that raised); rows of cells
@@ -50,7 +53,7 @@ from .sweep_config import (DEFAULT_COSTS, DEFAULT_LIMITS, FIXED_TEMPLATE, Cell, 
 
 log = logging.getLogger(__name__)
 
-NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s")   # timings; every other column is reproducible
+NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s", "cpu_s")   # timings; every other column is reproducible
 
 
 def _solve(cell: Cell) -> dict[str, Any]:
@@ -78,7 +81,10 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     start = time.perf_counter()
     row = config_columns(cell)
     try:
-        if cell.solver is None:
+        if cell.system is not None:
+            from .sweep_systems import run_system
+            row |= run_system(cell.workload, cell.system)
+        elif cell.solver is None:
             row |= simulate(cell.workload, cell.scheduler, cell.limits, cell.cost).metrics
         else:
             row |= _solve(cell)
@@ -226,7 +232,8 @@ def _column_order(records: list[dict[str, Any]]) -> list[str]:
 
 def _config_keys(row: dict[str, Any]) -> list[str]:
     return list(config_columns(Cell(row["workload"], row["scheduler"], row["limits"], row["cost"],
-                                    row["solver"] if isinstance(row.get("solver"), str) else None)))
+                                    row["solver"] if isinstance(row.get("solver"), str) else None,
+                                    row["system_json"] if isinstance(row.get("system_json"), str) else None)))
 
 
 def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: str = "local",

@@ -14,7 +14,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-SHOW = ("workload", "scheduler", "limits", "latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions")
+SHOW = ("workload", "scheduler", "system", "limits", "latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions",
+        "served_fraction")      # (system and served_fraction: system cells, infermax.sweep_systems)
 
 
 @contextmanager

@@ -19,6 +19,10 @@ commented example)::
       backend: cpsat                  # ... solved by infermax.solve_optimal(**this block);
       objective: latency              # a list of blocks gives one cell per block, labelled
       time_limit_s: 30                # "optimal" or "optimal:<policy>" in the scheduler column
+    systems:                          # optional: one more cell per (workload, system): a cluster, a
+      - {cluster: "a100:nodes=2,model=llama3-8b,tp=2", policy: loongserve, scheduler: sarathi-pc}
+                                      # cluster policy and a replica scheduler (infermax.sweep_systems);
+                                      # with systems, schedulers may be left out
 
 A grid item expands to the Cartesian product of its lists, in the order written;
 without ``template`` it is ``fixed:I={I},O={O},B={B}`` (workloads),
@@ -110,14 +114,23 @@ class SweepConfig:
     limits: tuple[str, ...] = DEFAULT_LIMITS
     costs: tuple[str, ...] = DEFAULT_COSTS
     solver: tuple[Mapping[str, Any], ...] = ()
+    systems: tuple[Mapping[str, Any], ...] = ()      # cluster systems (infermax.sweep_systems)
     name: str = "sweep"
     out: str | None = None
 
     def __post_init__(self) -> None:
         from .schedulers import get_scheduler
 
+        from .sweep_systems import canonical_system
+
+        if not isinstance(self.systems, tuple):
+            raise ValueError(f"SweepConfig.systems must be a tuple of system mappings, got {self.systems!r}")
+        for block in self.systems:
+            canonical_system(block)
         for axis in ("workloads", "schedulers", "limits", "costs"):
             value = getattr(self, axis)
+            if axis == "schedulers" and value == () and self.systems:
+                continue
             if isinstance(value, str) or not value or not all(isinstance(v, str) and v for v in value):
                 raise ValueError(f"SweepConfig.{axis} must be a non-empty list of spec strings, got {value!r}")
         for spec in self.schedulers:
@@ -130,18 +143,23 @@ class SweepConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> "SweepConfig":
-        unknown = set(data) - {"name", "out", "workloads", "schedulers", "limits", "costs", "solver"}
+        unknown = set(data) - {"name", "out", "workloads", "schedulers", "limits", "costs", "solver", "systems"}
         if unknown:
             raise ValueError(f"sweep config has unknown key(s) {sorted(unknown)}; "
-                             "use workloads, schedulers, limits, costs, solver, name, out")
+                             "use workloads, schedulers, limits, costs, solver, systems, name, out")
+        raw_systems = data.get("systems")
+        systems = () if raw_systems is None else tuple(raw_systems) if isinstance(raw_systems, (list, tuple)) \
+            else (raw_systems,)
         out = data.get("out")
         if out is not None and base_dir is not None:
             out = str(base_dir / out)
         return cls(workloads=_axis(data.get("workloads"), "workloads"),
-                   schedulers=_axis(data.get("schedulers"), "schedulers"),
+                   schedulers=(() if systems and data.get("schedulers") is None
+                               else _axis(data.get("schedulers"), "schedulers")),
                    limits=_axis(data.get("limits"), "limits", DEFAULT_LIMITS),
                    costs=_axis(data.get("costs"), "costs", DEFAULT_COSTS),
-                   solver=_solver_blocks(data.get("solver")), name=str(data.get("name", "sweep")), out=out)
+                   solver=_solver_blocks(data.get("solver")), systems=systems, name=str(data.get("name", "sweep")),
+                   out=out)
 
     @classmethod
     def load(cls, source: "str | Path | Mapping[str, Any] | SweepConfig") -> "SweepConfig":
@@ -178,6 +196,7 @@ class SweepConfig:
         for w in self.workloads:
             out += [Cell(w, s, lim, c) for s in self.schedulers for lim in limits for c in self.costs]
             out += [Cell(w, name, lim, c, opts) for name, opts in solvers for lim in limits for c in self.costs]
+            out += [system_cell(w, b) for b in self.systems]
         return out
 
 
@@ -201,6 +220,15 @@ def canonical_limits(spec: str) -> str:
     return ",".join(f"{k}={_none(v)}" for k, v in Limits.from_spec(spec).to_dict().items())
 
 
+def system_cell(workload: str, block: Mapping[str, Any]) -> "Cell":
+    """The cell running ``workload`` on a cluster system (:mod:`infermax.sweep_systems`)."""
+    from .sweep_systems import canonical_system
+
+    s = canonical_system(block)
+    return Cell(workload, s["scheduler"], s["limits"] or "", s["cost"] or "default",
+                system=json.dumps(s, sort_keys=True))
+
+
 @dataclass(frozen=True, slots=True)
 class Cell:
     """One run: a scheduler on a workload under limits and a cost — or, when ``solver`` holds
@@ -211,10 +239,12 @@ class Cell:
     limits: str
     cost: str = "default"
     solver: str | None = None    # canonical JSON of the solve_optimal options (solver cells)
+    system: str | None = None    # canonical JSON of a cluster system (system cells; infermax.sweep_systems)
 
     @property
     def cell_id(self) -> str:
-        key = json.dumps([self.workload, self.scheduler, self.limits, self.cost, self.solver])
+        key = json.dumps([self.workload, self.scheduler, self.limits, self.cost, self.solver]
+                         + ([self.system] if self.system is not None else []))
         return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
@@ -240,6 +270,17 @@ def _spec_columns(workload: str) -> dict[str, Any]:
 
 def config_columns(cell: Cell) -> dict[str, Any]:
     """The config part of a cell's row."""
+    if cell.system is not None:
+        from .sweep_systems import system_columns
+
+        sys_cols = system_columns(cell.system)
+        lim = Limits.from_spec(cell.limits).to_dict() if cell.limits else {}
+        nan = float("nan")
+        return {"cell_id": cell.cell_id, "workload": cell.workload, "scheduler": cell.scheduler,
+                "limits": cell.limits, "cost": cell.cost, "solver": None, **_spec_columns(cell.workload),
+                "policy": sys_cols["system"], **sys_cols, "M": nan, "C": lim.get("C", nan), "P": lim.get("P", nan),
+                "R_max": nan if lim.get("R_max") is None else lim["R_max"],
+                "system_json": cell.system}
     limits = Limits.from_spec(cell.limits).to_dict()
     return {"cell_id": cell.cell_id, "workload": cell.workload, "scheduler": cell.scheduler,
             "limits": cell.limits, "cost": cell.cost, "solver": cell.solver,

@@ -35,6 +35,7 @@ class BatchDraft:
         self.tok: list[int] = []
         self.kv: list[int] = []
         self.dec: list[bool] = []
+        self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
 
     def add_decodes(self, idx: np.ndarray) -> None:
         idx = idx[: self.C]
@@ -43,12 +44,20 @@ class BatchDraft:
         self.kv += self.state.m[idx].tolist()
         self.dec += [True] * idx.size
         self.C -= int(idx.size)
+        self._probe = None
 
     def time_with(self, x: int, chunk: int) -> float:
-        """Predicted batch time if request ``x`` joins with ``chunk`` prefill tokens."""
+        """Predicted batch time if request ``x`` joins with ``chunk`` prefill tokens.
+
+        The draft's arrays are built once and kept, with one more slot for the probe, until the draft
+        changes: a bisection (:meth:`largest_chunk`) probes a dozen chunks of one request, and converting
+        hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result."""
         st = self.state
-        return st.cost.batch_time(np.array(self.tok + [chunk]), np.array(self.kv + [int(st.m[x])]),
-                                  np.array(self.dec + [False]))
+        if self._probe is None:
+            self._probe = (np.array(self.tok + [0]), np.array(self.kv + [0]), np.array(self.dec + [False]))
+        tok, kv, dec = self._probe
+        tok[-1], kv[-1] = chunk, int(st.m[x])
+        return st.cost.batch_time(tok, kv, dec)
 
     def room(self, x: int) -> int:
         """Most prefill tokens ``x`` may take now (0 if it cannot be admitted)."""
@@ -83,6 +92,7 @@ class BatchDraft:
         self.dec.append(False)
         self.C -= chunk
         self.P -= chunk
+        self._probe = None
 
     def plan(self) -> Plan:
         z = np.zeros(0, dtype=np.int64)

@@ -109,6 +109,15 @@ class Medha(Scheduler):
                 break
         return draft.plan()
 
+    def decode_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int]:
+        """With no prefill left (none running, none waiting), every next batch decodes all running requests,
+        oldest first (``decoding``), until the last completes — admission reserved each one's peak KV, so
+        none is ever refused a slot — unless they outnumber C. An arrival voids the promise (the engine)."""
+        dec = decoding(state)
+        if not dec.size or dec.size > state.limits.C or prefilling(state).size:
+            return dec[:0], 0
+        return dec, int((state.output_lens[dec] - state.gen[dec]).max())
+
     def describe(self) -> dict:
         return {"name": self.name, "fcfs": self.fcfs, "target_batch_s": self.target_batch_s,
                 "min_chunk": self.min_chunk, "max_share": self.max_share}

@@ -39,7 +39,8 @@ def test_replay_reproduces_simulation(name, inst):
     assert np.array_equal(processed, expected)
 
 
-@pytest.mark.parametrize("name", ["vllm", "sarathi", "sarathi-nohy-ef", "rank-i", "vllm-hy-ef", "sarathi-la", "vllm-la"])
+@pytest.mark.parametrize("name", ["vllm", "sarathi", "sarathi-nohy-ef", "rank-i", "vllm-hy-ef", "sarathi-la", "vllm-la",
+                                  "medha", "medha-fcfs"])
 @settings(max_examples=10, deadline=None)
 @given(inst=small_instances(max_requests=16, max_len=60))
 def test_fast_forward_changes_nothing(name, inst):

@@ -29,6 +29,7 @@ import numpy as np
 
 from infermax.types import Workload
 
+from .elastic import choose_elastic
 from .gang import PREFILL
 from .gang_runner import GangRunner
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
@@ -152,7 +153,7 @@ class Dispatcher:
                 k = int(roles.gang_size[i])
                 members = None
                 if smallest_refused is None or k < smallest_refused:
-                    members = self._gang_for(k)
+                    members = self._gang_for(k, i)
                     if members is None:
                         smallest_refused = k
                 if members is None:
@@ -177,14 +178,17 @@ class Dispatcher:
             sent.append(i)
         return sent
 
-    def _gang_for(self, k: int) -> tuple[int, ...] | None:
-        """An elastic gang of at least k replicas that are free (and accepting, under exclusive policies)."""
+    def _gang_for(self, k: int, i: int) -> tuple[int, ...] | None:
+        """An elastic gang of at least k replicas that are free (and accepting, under exclusive policies) for
+        request i: up to ``sp_replicas`` of one node, or up to its own most (LoongServe, across nodes)."""
         loads, roles = self.loads, self.roles
         elig = (loads.tier == FREE) & roles.eligible_long
         if self.pol.exclusive:
             elig &= loads.accepting
         if int(np.count_nonzero(elig)) < k:
             return None
+        if roles.gang_max is not None:
+            return choose_elastic(self.cluster, k, int(roles.gang_max[i]), loads.tokens, elig)
         k_max = k if self.pol.csps is not None else roles.sp_replicas      # CSPS: one GPU per SPT, exactly
         return choose_elastic_gang(self.cluster, k, k_max, loads.tokens, elig)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from infermax.engine import SchedulerStuckError
 from infermax.types import Limits, Workload
 
 from .dispatch import Dispatcher
+from .elastic import ScaleDown, elastic_roles
 from .gang_runner import GangRunner
 from .loads import Loads
 from .migration import Migrations
@@ -45,6 +46,9 @@ from .replicas import GANG, MIGRATE, Replicas
 from .result import ClusterResult, assemble
 from .roles import plan_roles
 from .spec import Cluster
+
+if TYPE_CHECKING:
+    from .window import WindowResult
 
 __all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
@@ -83,7 +87,9 @@ class ClusterEngine:
         if pol.plan or cluster.executes_plan:      # a plan that cannot hold a request says which degree to raise
             from .plans import check_plan_holds
             check_plan_holds(workload, cluster)
-        self.roles = roles = plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas)
+        self.roles = roles = (elastic_roles(workload, cluster, pol, limits, sp_replicas, decode_replicas)
+                              if pol.elastic else
+                              plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas))
         self.limits = roles.limits
         self.loads = Loads(*roles.classes, roles.decode_pool)
         self.plans = None
@@ -96,10 +102,13 @@ class ClusterEngine:
             raise ValueError(f"kvp_group_tokens = {kvp_group_tokens!r} needs a cluster with kvp > 1, got "
                              f"{cluster.to_spec()}")
         self.replicas = Replicas(workload, self.limits, self.cost, scheduler, ~roles.on_gang, fast_forward,
-                                 roles.decode_pool, self.loads.touch, self.plans)
+                                 roles.decode_pool, self.loads.touch, self.plans,
+                                 np.ones(len(workload), dtype=bool) if pol.scale_down else None)
         self.migrations = Migrations(workload, cluster, self.replicas, self.loads)
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)
+        if pol.scale_down:
+            self.gangs.scale_down = ScaleDown(self)
         self.dispatcher = Dispatcher(workload, cluster, pol, roles, self.replicas, self.loads, self.gangs)
         if roles.on_gang.any():
             cluster.cost_model()           # built once, before the run: fast SP prices every gang with it
@@ -115,7 +124,10 @@ class ClusterEngine:
         return self.loads.tokens.copy()
 
     # --- the loop ------------------------------------------------------------------------------------
-    def run(self, progress: Callable[[int, int], None] | None = None) -> ClusterResult:
+    def run(self, progress: Callable[[int, int], None] | None = None,
+            until_s: float = math.inf) -> "ClusterResult | WindowResult":
+        """Run to the end, or (``until_s`` finite) stop at that time: then a
+        :class:`~infermax.cluster.window.WindowResult` (the measurement window of a capacity sweep)."""
         w, reps, disp = self.workload, self.replicas, self.dispatcher
         order = np.argsort(w.arrivals_s, kind="stable")
         arrivals = w.arrivals_s[order].tolist()
@@ -124,6 +136,9 @@ class ClusterEngine:
         while True:
             t_arr = arrivals[k] if k < n else math.inf
             t_ev = heap[0][0] if heap else math.inf
+            if min(t_arr, t_ev) > until_s:
+                from .window import windowed
+                return windowed(self, until_s)
             if t_arr == math.inf and t_ev == math.inf:
                 if self._drained():
                     break

@@ -22,7 +22,8 @@ ablation). Plain ring attention over a causal mask is unbalanced: with the
 sequence cut into h contiguous shards, the last shard's queries attend to all h
 KV shards, so the ring's slowest member does (2h − 1)/h times the balanced share
 of attention; fast SP's hybrid inside a node balances it (the Megatron/Ulysses
-all-to-all redistributes heads, not sequence positions).
+all-to-all redistributes heads, not sequence positions). ``striped`` ring attention
+(LoongServe's: token t goes to replica t mod h) gives every member the balanced share.
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class SpPlan:
     gang: tuple[int, ...]
     nodes: int
     gpus_per_node: int
-    attention: str          # "megatron", "ulysses" or "ring" (ring_only)
+    attention: str          # "megatron", "ulysses", "ring" (ring_only) or "ring-striped"
     mlp: str
     compute_s: float
     intra_comm_s: float
@@ -74,7 +75,8 @@ def _intra_volume(attn: str, mlp: str, s: float, m, tp: int, g: int) -> float:
     return vol + (megatron_sp_mlp_volume(s, d, tp, g) if mlp == "megatron" else ulysses_sp_mlp_volume(d, tp, g))
 
 
-def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring_only: bool = False) -> SpPlan:
+def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring_only: bool = False,
+                    striped: bool = False) -> SpPlan:
     """The fastest §5.3 plan for a prefill of ``num_tokens`` on the replicas ``gang``.
 
     Computation is the replica's own modelled one-shot prefill time scaled by the
@@ -105,12 +107,13 @@ def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring
     ring_bw = (cluster.gpu_bandwidth(False) * (g if not ring_only else cluster.replica_gpus) if nodes > 1
                else cluster.gpu.nvlink_bandwidth * cluster.replica_gpus)
     ring_s = L * (ring_bytes / ring_bw + DEFAULT_LATENCY_S) if hops > 1 else 0.0
-    combos = [("ring", "megatron")] if ring_only else [(a, f) for a in ("megatron", "ulysses")
+    combos = [("ring-striped" if striped else "ring", "megatron")] if ring_only else [(a, f) for a in ("megatron", "ulysses")
                                                         for f in ("megatron", "ulysses")]
     plans = []
     for attn, mlp in combos:
         if ring_only:     # every replica keeps its TP (Megatron inside the replica)
-            flops = _layer_flops("megatron", n, total_gpus, m, tp, tp, (2 * len(gang) - 1) / len(gang))
+            imbalance = 1.0 if striped else (2 * len(gang) - 1) / len(gang)
+            flops = _layer_flops("megatron", n, total_gpus, m, tp, tp, imbalance)
             volume, links = _intra_volume("megatron", "megatron", n / total_gpus, m, tp, tp), tp
         else:
             flops = _layer_flops(attn, n, total_gpus, m, tp, g)

@@ -80,14 +80,14 @@ class Gang:
 
 
 def make_gang(cluster: Cluster, gid: int, request: int, members: tuple[int, ...], input_len: int,
-              output_len: int, fast_sp: bool, csps: Any = None) -> Gang:
-    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention), or by the
-    CSPS variant ``csps``."""
+              output_len: int, fast_sp: bool, csps: Any = None, striped: bool = False) -> Gang:
+    """A gang for one long request, with its prefill priced by fast SP (or plain ring attention; ``striped``:
+    load-balanced ring attention), or by the CSPS variant ``csps``."""
     if csps is not None:
         plan = csps_prefill(cluster, int(input_len), tuple(members), csps)
         label = f"csps:{plan.kind}/M{plan.micro}/" + ("csa" if plan.csa.attended < 1 else "dense")
     else:
-        plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp)
+        plan = fast_sp_prefill(cluster, int(input_len), members, ring_only=not fast_sp, striped=striped)
         label = f"{plan.attention}/{plan.mlp}"
     m = cluster.model
     k = len(members)

@@ -50,6 +50,8 @@ class GangRunner:
         self.busy_s = np.zeros(R)
         self._comm_s: dict[int, tuple] = {}             # per gang: a decode step's communication (before, after)
         self._alone_s: dict[int, float] = {}            # per KV share: a lone one-token decode over it
+        self.scale_down: Any = None     # LoongServe (:class:`~infermax.cluster.elastic.ScaleDown`): after the
+                                        # prefill the KV leaves the gang for a decode instance
 
     def of(self, r: int) -> Gang | None:
         g = self.gang_of[r]
@@ -98,7 +100,7 @@ class GangRunner:
     def form(self, i: int, members: tuple[int, ...], input_len: int, output_len: int, now: float) -> None:
         """Long request i gets a gang on ``members``; it starts at once if they have no short work."""
         g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp,
-                      self.pol.csps)
+                      self.pol.csps, self.pol.striped)
         self.gangs.append(g)
         for r in members:
             self.gang_of[r] = g.gid
@@ -240,6 +242,9 @@ class GangRunner:
         g = self.gangs[gid]
         if seq != g.step_seq:
             return                           # the step was cut by a suspension
+        if self.scale_down is not None and self.scale_down.waiting(g):
+            self.scale_down.retry(g, t)      # its KV still waits for a decode instance with room
+            return
         if g.phase == PREFILL:
             g.steps.append({"phase": PREFILL, "start_s": g.step_start, "end_s": t,
                             "units": [g.units_done, g.units], "switch_s": g.switch_applied, "suspended": False})
@@ -247,6 +252,9 @@ class GangRunner:
             g.units_done = g.units
             g.gen = 1
             g.first_token_s = t
+            if self.scale_down is not None and g.output_len > 1:
+                self.scale_down.start(g, t)
+                return
             self._set_phase(g, DECODE)
         else:
             g.gen += 1
@@ -258,9 +266,14 @@ class GangRunner:
         self._account(g)
         self.try_start(g, t)
 
-    def _release(self, g: Gang, t: float) -> None:
-        """The long request is complete at ``t``: its members drop its KV and are free again."""
-        g.completion_s = t
+    def release(self, g: Gang, t: float, complete: bool = True) -> None:
+        """The gang ends at ``t``: its request is complete there, or (``complete=False``) its KV left."""
+        self._release(g, t, complete)
+
+    def _release(self, g: Gang, t: float, complete: bool = True) -> None:
+        """The long request is complete at ``t`` (or its KV left): its members drop its KV and are free again."""
+        if complete:
+            g.completion_s = t
         for r in g.members:
             self.gang_of[r] = -1
         self._set_phase(g, DONE)

@@ -127,17 +127,20 @@ def replay_cluster(schedule: ClusterSchedule, workload: "Workload | str", cost: 
             raise ClusterScheduleError("once", f"request {int(workload.ids[g.i])} runs on two gangs")
         on_gang[g.i] = True
     colocated = colocated_batches(gangs, R)
-    migrations = _read_migrations(schedule, workload, pos, cluster, on_gang)
+    scaled = {g.i: g for g in gangs if g.scaled_down}      # their KV moves to a decode replica (LoongServe)
+    gang_only = on_gang.copy()
+    gang_only[list(scaled)] = False
+    migrations = _read_migrations(schedule, workload, pos, cluster, gang_only)
     plans = [None] * R
     if cluster.executes_plan:               # spp or kvp > 1: stages and KVP groups (judge_plans.py)
         from .judge_plans import PlanJudge
         plans = [PlanJudge(r, schedule, cluster, workload) for r in range(R)]
     runs = [_replay_replica(r, schedule, workload, pos, limits, cost_model if plans[r] is None else plans[r],
-                            on_gang, colocated[r], plans[r]) for r in range(R)]
+                            gang_only, colocated[r], plans[r]) for r in range(R)]
     check_one_gang_at_a_time(gangs)
     for g in gangs:
         check_gang_on_replicas(g, runs, cost_model, cluster, meta)
-    _check_migrations(migrations, runs, cluster, workload)
+    _check_migrations(migrations, runs, cluster, workload, scaled)
     return _records(workload, runs, gangs, on_gang, len(migrations), cost_model.name)
 
 
@@ -309,8 +312,12 @@ def _apply_events(r: int, run: _Run, events: tuple, k: int, j: int, workload: Wo
 
 
 # --- migrations against the replayed replicas ----------------------------------------------------------
-def _check_migrations(migrations: dict, runs: list[_Run], cluster: Cluster, workload: Workload) -> None:
+def _check_migrations(migrations: dict, runs: list[_Run], cluster: Cluster, workload: Workload,
+                      scaled: dict) -> None:
     for (i, dst), m in migrations.items():
+        if i in scaled:
+            _check_scale_down(m, scaled[i], cluster, workload)
+            continue
         src = runs[m["src"]]
         if i not in src.handed or i not in src.dispatched:
             raise ClusterScheduleError("kv-arrival", f"{m['where']}: replica {m['src']} did not prefill it and "
@@ -324,6 +331,23 @@ def _check_migrations(migrations: dict, runs: list[_Run], cluster: Cluster, work
         if not at_least(m["arrive_s"] - began, whole):
             raise ClusterScheduleError("kv-arrival", f"{m['where']}: arrives at {m['arrive_s']!r} s, sooner than "
                                        f"its whole KV ({whole!r} s) can travel after its prefill began at {began!r} s")
+
+
+def _check_scale_down(m: dict, g: JudgedGang, cluster: Cluster, workload: Workload) -> None:
+    """A gang's KV to a decode replica (LoongServe): from a member, sent at or after the first token, no
+    sooner than its whole KV can travel after the prefill began (after the sending, if it waited for room)."""
+    if m["src"] not in g.members:
+        raise ClusterScheduleError("kv-arrival", f"{m['where']}: replica {m['src']} is not a member of gang {g.gid} "
+                                   f"{list(g.members)}, which prefilled it")
+    first = float(g.segments[-1]["end_s"])
+    if m["sent_s"] < first and not math.isclose(m["sent_s"], first, rel_tol=REL_TOL, abs_tol=1e-12):
+        raise ClusterScheduleError("kv-arrival", f"{m['where']}: sent at {m['sent_s']!r} s, before its first token "
+                                   f"at {first!r} s")
+    began = g.start_s if math.isclose(m["sent_s"], first, rel_tol=REL_TOL, abs_tol=1e-12) else m["sent_s"]
+    whole = cluster.transfer_s(cluster.kv_bytes(int(workload.input_lens[g.i])), m["src"], m["dst"])
+    if not at_least(m["arrive_s"] - began, whole):
+        raise ClusterScheduleError("kv-arrival", f"{m['where']}: arrives at {m['arrive_s']!r} s, sooner than its "
+                                   f"whole KV ({whole!r} s) can travel from {began!r} s")
 
 
 # --- once, and the merged record -----------------------------------------------------------------------
@@ -345,10 +369,11 @@ def _records(workload: Workload, runs: list[_Run], gangs: list[JudgedGang], on_g
         requests["completion_s"][done] = run.trace.requests["completion_s"][done]
     for g in gangs:
         served[g.i] += 1
-        finished[g.i] += 1
         requests["first_scheduled_s"][g.i] = g.start_s
         requests["first_token_s"][g.i] = float(g.segments[-1]["end_s"])
-        requests["completion_s"][g.i] = g.end_s
+        if not g.scaled_down:          # (else it finishes on its decode replica)
+            finished[g.i] += 1
+            requests["completion_s"][g.i] = g.end_s
         requests["num_suspensions"][g.i] = len(g.gaps)
     for what, counts in (("served", served), ("finishes", finished)):
         bad = np.flatnonzero(counts != 1)

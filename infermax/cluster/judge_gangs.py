@@ -58,6 +58,7 @@ class JudgedGang:
     gaps: list[tuple[float, float]]     # (suspended at, resumed at)
     colocated: dict = field(default_factory=dict)   # (decode step, member) -> its colocated batch there
     gather: bool = False          # csps-kvdecode: the first member gathers the KV and attends alone
+    scaled_down: bool = False     # its KV left for a decode instance after the prefill (LoongServe)
 
     @property
     def start_s(self) -> float:
@@ -106,18 +107,33 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
         raise ClusterScheduleError("arrival", f"{where}: prefill starts at {out.start_s!r} s, before the request "
                                    f"arrives at {float(workload.arrivals_s[i])!r} s")
     _check_segments(out, where, int(g["units"]))
-    _check_decodes(out, where, I, O)
+    out.scaled_down = _scales_down(meta) and O > 1
+    if not out.scaled_down:
+        _check_decodes(out, where, I, O)
+    elif decodes:
+        raise ClusterScheduleError("once", f"{where}: {len(decodes)} decode steps on the gang, but under policy "
+                                   f"{meta.get('policy')!r} its KV leaves for a decode instance after the prefill")
     return out
 
 
+def _scales_down(meta: dict) -> bool:
+    """Whether the schedule's policy moves a gang's KV to a decode instance after its prefill (LoongServe)."""
+    try:
+        return get_policy(meta["policy"]).scale_down
+    except (KeyError, ValueError):
+        return False
+
+
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
-    """The gang as the cluster prices it: the policy's SP plan, else the cheaper of fast SP and ring."""
+    """The gang as the cluster prices it: the policy's SP plan, else the cheapest of fast SP, ring and striped
+    ring."""
     csps = _csps_of(meta)
     try:
-        plans = [get_policy(meta["policy"]).fast_sp]
+        pol = get_policy(meta["policy"])
+        plans = [(pol.fast_sp, pol.striped)]
     except (KeyError, ValueError):
-        plans = [True, False]
-    refs = [make_gang(cluster, gid, i, members, I, O, fast, csps) for fast in plans]
+        plans = [(True, False), (False, False), (False, True)]
+    refs = [make_gang(cluster, gid, i, members, I, O, fast, csps, striped) for fast, striped in plans]
     return min(refs, key=lambda x: x.prefill_s)
 
 

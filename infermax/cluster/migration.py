@@ -15,6 +15,7 @@ the whole cluster.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ class Migrations:
         self.decode_of = np.full(len(workload), -1, dtype=np.int64)   # request -> its decode replica
         self.records: list[dict] = []
         self.link_bytes = {"nvlink": 0.0, "network": 0.0}
+        self.on_arrive: dict[int, Any] = {}     # request -> called with the arrival time before it is received
 
     def handoffs(self, r: int) -> None:
         """Short requests that left replica r after their first token: send their KV to a decode replica."""
@@ -93,6 +95,9 @@ class Migrations:
         self.loads.touch(dst)
         if reps.clock_s(dst) < t and not reps.has_work(dst):
             reps.wait_until(dst, t)
+        release = self.on_arrive.pop(i, None)
+        if release is not None:
+            release(t)                  # (LoongServe: the KV reserved for it at dst becomes its own)
         I = int(self.workload.input_lens[i])
         reps.receive(dst, int(i), t, I, 1)
         reps.wake(dst)

@@ -43,6 +43,13 @@ requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
 (fixed SP-NTP), ``csps-tp`` (fixed SP-TP), ``csps-plain`` (neither CSA nor
 pipelining), ``csps-kvdecode`` (the decode gathers KV instead of shipping Q);
 first come, first served, no preemption.
+
+``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
+first served; every request prefills on an *elastic* gang sized by its prompt
+(striped ring attention, no preemption), then *scales down*: its KV moves to the decode
+pool (disaggregated), where it decodes. ``loongserve-reserve`` (medha.txt §5.4,
+Fig. 23) sets two prefill instances apart for requests that need no gang; the two
+pools queue separately.
 """
 from __future__ import annotations
 
@@ -65,6 +72,9 @@ class ClusterPolicy:
     plan: str = ""             # executed-plan preset (cluster/plans.py PRESETS); "" = its default
     local: str = ""            # the replica scheduler it runs when none is given ("" = the caller's)
     csps: Any = None           # a CspsVariant: the gang runs CSPS's SP plans (queue "csps")
+    elastic: bool = False      # gang size from the prompt length and the free replicas (LoongServe)
+    scale_down: bool = False   # after its prefill a gang's KV migrates to the decode pool (LoongServe)
+    striped: bool = False      # ring attention load-balanced by striping the sequence (LoongServe)
 
     @property
     def exclusive(self) -> bool:
@@ -85,8 +95,11 @@ _POLICIES = {
     "medha-2d": ClusterPolicy("medha-2d", "fifo", plan="2d", local="medha"),
     "medha-3d-static": ClusterPolicy("medha-3d-static", "fifo", plan="3d-static", local="medha"),
     "medha-3d-pp": ClusterPolicy("medha-3d-pp", "fifo", plan="3d-pp", local="medha"),
-
     **{name: ClusterPolicy(name, "csps", colocate=True, csps=v) for name, v in VARIANTS.items()},
+    "loongserve": ClusterPolicy("loongserve", "fifo", disaggregate=True, elastic=True, scale_down=True,
+                                striped=True),
+    "loongserve-reserve": ClusterPolicy("loongserve-reserve", "reservation", disaggregate=True, elastic=True,
+                                        scale_down=True, striped=True),
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)

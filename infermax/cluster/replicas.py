@@ -41,13 +41,14 @@ class Replicas:
 
     def __init__(self, workload: Workload, limits: Limits, cost: Any, scheduler: Any, serves: np.ndarray,
                  fast_forward: bool, decode_pool: np.ndarray, touched: Callable[[int], None],
-                 plans: Any = None) -> None:
+                 plans: Any = None, decode_serves: np.ndarray | None = None) -> None:
         from infermax.schedulers import get_scheduler
 
         R = int(decode_pool.size)
         self.workload, self.limits, self.cost = workload, limits, cost
         self._scheduler_spec, self._get_scheduler = scheduler, get_scheduler
         self._serves = serves                       # read-only, shared by every replica's state
+        self._decode_serves = serves if decode_serves is None else decode_serves    # ... of the decode pool
         self.fast_forward = fast_forward
         self.decode_pool = decode_pool
         self.touched = touched                      # the load index's "replica r changed"
@@ -79,7 +80,7 @@ class Replicas:
             plans = self.plans
             cost = self.cost if plans is None else plans.executor(r).cost
             state = ServingState(self.workload, self.limits, cost, dispatched=True)
-            state.serves = self._serves
+            state.serves = self._decode_serves if self.decode_pool[r] else self._serves
             sched.reset(state)
             if plans is None:
                 runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), self.workload.ids,

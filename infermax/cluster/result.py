@@ -113,7 +113,8 @@ def _merged_trace(engine: Any, built: list[int], batches_of: dict[int, dict[str,
         i = g.request
         times["first_scheduled_s"][i] = g.first_scheduled_s
         times["first_token_s"][i] = g.first_token_s
-        times["completion_s"][i] = g.completion_s
+        if not np.isnan(g.completion_s):       # (a gang that scaled down: its decode replica's)
+            times["completion_s"][i] = g.completion_s
         counts["num_suspensions"][i] = g.num_suspensions
     unfinished = np.flatnonzero(~np.isfinite(times["completion_s"]))
     if (replica_of < 0).any() or unfinished.size:
@@ -154,5 +155,6 @@ def _gang_bytes(engine: Any, g: Gang) -> tuple[float, float]:
         total = p.bytes_per_gpu * p.num_gpus
         off = (p.num_gpus - p.per_node) / (p.num_gpus - 1) if p.num_gpus > 1 else 0.0
         return total * (1 - off), total * off
-    p = fast_sp_prefill(engine.cluster, g.input_len, g.members, ring_only=not engine.pol.fast_sp)
+    p = fast_sp_prefill(engine.cluster, g.input_len, g.members, ring_only=not engine.pol.fast_sp,
+                        striped=engine.pol.striped)
     return p.nvlink_bytes, p.network_bytes

@@ -36,6 +36,7 @@ class Roles:
     prefill_pool: np.ndarray       # R: takes dispatched requests (the rest decode migrated ones)
     eligible_long: np.ndarray      # R: may serve long requests
     eligible_short: np.ndarray     # R: may serve short requests
+    gang_max: np.ndarray | None = None   # n: most replicas of a request's elastic gang (LoongServe; else sp_replicas)
 
     @property
     def decode_pool(self) -> np.ndarray:
