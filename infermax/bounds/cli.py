@@ -149,7 +149,7 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost, attention=share) for o in objectives}
     rows, code = [], 0
     for policy in policies:
-        res = simulate_cluster(workload, cluster, policy, None, cost=args.cost)
+        res = simulate_cluster(workload, cluster, policy, args.local, cost=args.cost)
         for o, b in bounds.items():
             value = measured_value(o, res)
             sign = -1.0 if o == "throughput" else 1.0
@@ -197,6 +197,8 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                    help="a cluster spec (e.g. a100:nodes=4,gpus_per_node=8,model=mistral-7b-v0.3): --scheduler "
                         "names cluster policies, each checked against the fluid cluster bound (latency, "
                         "throughput, ttft, e2e and their percentiles, :TAG)")
+    p.add_argument("--local", default=None, help="with --cluster: the replicas' scheduler (default: the policy's "
+                   "own, else vllm; loongserve needs a chunking one such as sarathi-pc)")
     p.add_argument("--no-optimum", action="store_true", help="never run the exact MILP")
     p.add_argument("--json", action="store_true", help="one JSON object (for CI; several schedulers: "
                    "{exit_code, results: [...]})")
