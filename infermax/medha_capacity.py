@@ -7,12 +7,11 @@ trace capped at 8K, long ones uniform in [128K, 1M] with Medha-SWE decode length
 measured over that hour (:mod:`infermax.cluster.window`: requests without a first
 token by then count as +∞, the paper's truncated CDFs). The systems (§5.2):
 
-- ``medha``: one replica of TP 8 × PP 2 over the 16 GPUs running the ``medha``
-  scheduler (ILRS slack priority, adaptive chunking, prefill–prefill batching). The
-  paper's plan is TP 8 × SPP 2; here PP is priced as latency (every stage in turn,
-  :mod:`infermax.costmodel.parallel`), so the second node adds KV capacity, not
-  prefill speed, until pipelined execution lands (then name that system here,
-  e.g. ``medha-3d``: :data:`SYSTEMS` is a parameter of every function);
+- ``medha``: one replica of TP 8 × SPP 2 over the 16 GPUs (the paper's plan) under the
+  ``medha-3d`` cluster policy, whose replica *executes* the two sequence-pipeline stages
+  (:mod:`infermax.cluster.plans`: a prompt's next chunk enters stage 1 while the previous one
+  is in stage 2; a decode waits one whole pass), running the ``medha`` scheduler (ILRS slack
+  priority, adaptive chunking, prefill–prefill batching);
 - ``loongserve``: 8 instances of TP 2 under the ``loongserve`` cluster policy
   (:mod:`infermax.cluster.elastic`), each instance running ``sarathi-pc`` (whole
   prompts up to C, chunks only beyond it: only a refill of a long KV would chunk);
@@ -29,9 +28,10 @@ from typing import Any, Mapping, Sequence
 LOADS_RPS = (0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75)
 WINDOW_S = 3600.0
 TP8_PP2 = "a100:nodes=2,model=llama3-8b,tp=8,pp=2"
+TP8_SPP2 = "a100:nodes=2,model=llama3-8b,tp=8,spp=2"
 TP2 = "a100:nodes=2,model=llama3-8b,tp=2"
 SYSTEMS: dict[str, dict[str, Any]] = {
-    "medha": {"cluster": TP8_PP2, "scheduler": "medha"},
+    "medha": {"cluster": TP8_SPP2, "policy": "medha-3d", "scheduler": "medha"},
     "loongserve": {"cluster": TP2, "policy": "loongserve", "scheduler": "sarathi-pc"},
     "sarathi": {"cluster": TP8_PP2, "scheduler": "sarathi"},
 }
