@@ -18,8 +18,10 @@ def test_capacity_claims_on_a_small_sweep():
     df = cc.run_capacity(scale=0.01, loads=(0.75, 1.75), executor="serial")     # 36 s windows, two mixes
     assert sorted(df["policy"].unique()) == ["loongserve", "medha", "sarathi"] and len(df) == 12
     assert (df["num_arrived"] <= df["B"]).all() and (df["served_fraction"] <= 1).all()   # (B arrive in ~ the window)
+    import matplotlib.pyplot as plt
     fig = cc.capacity_figure(df)
     assert len(fig.axes) == 3
+    plt.close(fig)                               # no pyplot state left behind (tests/test_plots.py checks)
     rows = cc.capacity_claims(df)
     assert len(rows) == len(cc.CLAIMS) == 8 and set(rows["verdict"]) <= set(VERDICTS)
     assert (rows["paper"] == "Medha").all() and (rows["notebook"] == "09").all()
