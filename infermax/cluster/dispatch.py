@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from itertools import chain
 from typing import Iterator
 
 import numpy as np
@@ -65,8 +66,7 @@ class GlobalQueue:
         self.num_local += not self._on_gang[i]
 
     def __iter__(self) -> Iterator[int]:
-        yield from self._main
-        yield from self._long
+        return chain(self._main, self._long)
 
     def remove(self, sent: list[int]) -> None:
         """Drop the dispatched requests ``sent`` (in the order they were considered)."""
@@ -100,6 +100,9 @@ class Dispatcher:
         self._tiers_long = self._tiers(roles.eligible_long)
         self._lens = (workload.input_lens.tolist(), workload.output_lens.tolist())
         self._smallest_gang = int(roles.gang_size[roles.on_gang].min(initial=0))
+        # per request, as Python lists: the queue walk reads them once per queued request and decision
+        self._on_gang, self._gang_size = roles.on_gang.tolist(), roles.gang_size.tolist()
+        self._is_long = roles.is_long.tolist()
 
     def _tiers(self, eligible: np.ndarray) -> list[list[int]]:
         """Buckets of the load index to try in turn for a request these replicas may serve (Fig. 6 steps 2-5)."""
@@ -142,15 +145,16 @@ class Dispatcher:
 
     def _choose(self, now: float) -> list[int]:
         """Walk the queue in policy order, sending what finds room; the requests sent, in order."""
-        pol, roles, loads = self.pol, self.roles, self.loads
+        pol, loads = self.pol, self.loads
+        on_gang, gang_size, is_long = self._on_gang, self._gang_size, self._is_long
         inp, out = self._lens
         fcfs, short_first = pol.queue == "fifo", pol.queue in ("priority", "pecsched")
         blocked = {False: False, True: False}   # per long/short: a request one replica serves found none
         smallest_refused = None                 # the smallest gang no longer found (fewer replicas stay free)
         sent: list[int] = []
         for i in self.queue:
-            if roles.on_gang[i]:
-                k = int(roles.gang_size[i])
+            if on_gang[i]:
+                k = gang_size[i]
                 members = None
                 if smallest_refused is None or k < smallest_refused:
                     members = self._gang_for(k, i)
@@ -166,7 +170,7 @@ class Dispatcher:
                 for r in members:
                     loads.take(r, inp[i] // len(members))
             else:
-                long = bool(roles.is_long[i])
+                long = is_long[i]
                 r = None if blocked[long] else loads.shortest(self._tiers_long if long else self._tiers_short)
                 if r is None:
                     blocked[long] = True
