@@ -220,9 +220,9 @@ def _search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | 
         return None, {"not_applicable": why}
     r = astar.exact_search(workload, policy.effective_limits(limits), cost, policy, upper_s=math.inf,
                            time_budget_s=float(time_limit_s))
-    value = r.value_s if r.value_s is not None else r.bound_s
-    return _safe((float(value), {"complete": r.is_complete, "expanded": r.num_expanded,
-                                 "generated": r.num_generated}))
+    # finished, bound_s is the optimum; stopped, the least f on the frontier
+    return _safe((float(r.bound_s), {"complete": r.is_complete, "expanded": r.num_expanded,
+                                     "generated": r.num_generated}))
 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)

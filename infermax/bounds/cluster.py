@@ -71,14 +71,13 @@ def attention_kept(policies: Any) -> float:
     from infermax.cluster.policies import get_policy
     from infermax.costmodel.communication import csa_keep_ratios, csa_num_kept
 
-    least = 1.0
+    least, sizes = 1.0, np.arange(1, _RING_SIZES + 1)
     for name in [policies] if isinstance(policies, str) else policies:
         variant = getattr(get_policy(name), "csps", None)
         if variant is None or variant.csa is None:
             continue
         levels, drop = variant.csa
         for keep in csa_keep_ratios(drop, levels):
-            sizes = np.arange(1, _RING_SIZES + 1)
             kept = np.array([csa_num_kept(int(n), keep) for n in sizes]) / sizes
             least = min(least, float(kept.min()), keep - 0.5 / _RING_SIZES)   # beyond: > keep - 0.5 / n
     return max(0.0, least)
@@ -112,7 +111,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     if attention < 1:
         co = dataclasses.replace(co, prefill_attn_s=co.prefill_attn_s * attention)
     chosen = subset(workload, members(workload, obj.tag))
-    stages = max(int(getattr(cluster, "spp", 1)), cluster.plan.pp)
+    stages = max(cluster.spp, cluster.plan.pp)
     R = float(cluster.num_replicas * stages)       # machines: a pipelined replica runs a batch per stage
     T = chosen.arrivals_s.astype(np.float64)
     event = "ttft" if obj.metric == "ttft" else "e2e"

@@ -173,7 +173,6 @@ class NetworkModel:
             t = max(t, inter / flow)
         return self.latency_s(num_gpus, per_node) + t
 
-
     def fan_s(self, total_bytes: float, num_gpus: int, per_node: int) -> float:
         """One GPU sends to (or receives from) the N−1 others ``total_bytes`` in all, spread evenly: the
         off-node part over that GPU's one network flow."""
