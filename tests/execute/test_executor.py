@@ -48,8 +48,7 @@ def test_small_m_makes_the_evicting_schedulers_evict():
 
 
 # one scheduler per way of building batches runs by default; every other registered one with -m slow
-REPRESENTATIVE = {"vllm", "vllm-ef", "vllm-la", "vllm-hy", "sarathi", "sarathi-nocp", "sarathi-nohy", "rank-i",
-                  "medha", "pecsched"}
+REPRESENTATIVE = {"vllm", "vllm-ef", "vllm-la", "sarathi", "sarathi-nocp", "medha", "pecsched"}
 
 
 @pytest.mark.parametrize("scheduler", [n if n in REPRESENTATIVE else pytest.param(n, marks=pytest.mark.slow)
