@@ -83,20 +83,29 @@ def _is_real(value: Any) -> bool:
     return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class LinearCoefficients:
-    """Coefficients of the linear model: biases in s, slopes in s per token (or per token²)."""
+    """Coefficients of the linear model: biases in s, slopes in s per token (or per token²).
 
-    nonattn_lines: tuple[tuple[float, float], ...] = _DEFAULT["nonattn_lines"]
-    decode_bias_s: float = _DEFAULT["decode_bias_s"]
-    decode_kv_s: float = _DEFAULT["decode_kv_s"]
-    prefill_bias_s: float = _DEFAULT["prefill_bias_s"]
-    prefill_attn_s: float = _DEFAULT["prefill_attn_s"]
-    prefill_token_s: float = 0.0
-    request_s: float = 0.0
+    ``nonattn_lines`` may be given as any sequence of (bias_s, per_token_s) pairs of numbers (lists
+    from JSON, NumPy floats from a fit); ``__init__`` converts it to a tuple of float pairs before any
+    field is set, so every field is assigned once, to its final value.
+    """
 
-    def __post_init__(self) -> None:
-        lines = self.nonattn_lines
+    nonattn_lines: tuple[tuple[float, float], ...]
+    decode_bias_s: float
+    decode_kv_s: float
+    prefill_bias_s: float
+    prefill_attn_s: float
+    prefill_token_s: float
+    request_s: float
+
+    def __init__(self, *, nonattn_lines: Any = _DEFAULT["nonattn_lines"],
+                 decode_bias_s: float = _DEFAULT["decode_bias_s"], decode_kv_s: float = _DEFAULT["decode_kv_s"],
+                 prefill_bias_s: float = _DEFAULT["prefill_bias_s"],
+                 prefill_attn_s: float = _DEFAULT["prefill_attn_s"], prefill_token_s: float = 0.0,
+                 request_s: float = 0.0) -> None:
+        lines = nonattn_lines
         if not isinstance(lines, (tuple, list)) or not lines:
             raise ValueError(f"LinearCoefficients.nonattn_lines must be a non-empty sequence of (bias_s, per_token_s), "
                              f"got {lines!r}")
@@ -104,12 +113,16 @@ class LinearCoefficients:
             raise ValueError(f"LinearCoefficients.nonattn_lines must hold (bias_s, per_token_s) pairs of numbers, "
                              f"got {lines!r}")
         normalised = tuple((float(a), float(b)) for a, b in lines)
-        object.__setattr__(self, "nonattn_lines", normalised)
-        values = [("nonattn_lines", v) for line in normalised for v in line]
-        values += [(f.name, getattr(self, f.name)) for f in fields(self) if f.name != "nonattn_lines"]
-        for name, value in values:
+        values = {"nonattn_lines": normalised, "decode_bias_s": decode_bias_s, "decode_kv_s": decode_kv_s,
+                  "prefill_bias_s": prefill_bias_s, "prefill_attn_s": prefill_attn_s,
+                  "prefill_token_s": prefill_token_s, "request_s": request_s}
+        checked = [("nonattn_lines", v) for line in normalised for v in line]
+        checked += [(name, value) for name, value in values.items() if name != "nonattn_lines"]
+        for name, value in checked:
             if not _is_real(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"LinearCoefficients.{name} must be a finite number >= 0, got {value!r}")
+        for name, value in values.items():
+            object.__setattr__(self, name, value)     # what a frozen dataclass's generated __init__ does
 
     @classmethod
     def default(cls) -> "LinearCoefficients":

@@ -83,26 +83,30 @@ SP_KIND_ALIASES = {"ntp": "ulysses", "tp": "megatron"}
 LSE_BYTES = 4          # log-sum-exps travel in fp32
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class ParallelConfig:
-    """Parallel degrees of one model replica; all 1 is a single GPU."""
+    """Parallel degrees of one model replica; all 1 is a single GPU.
 
-    tp: int = 1
-    pp: int = 1
-    sp: int = 1
-    kvp: int = 1
-    sp_kind: SpKind = "ring"
+    ``sp_kind`` also takes csps.txt's names (``"ntp"``, ``"tp"``, :data:`SP_KIND_ALIASES`); they are
+    resolved in ``__init__``, before any field is set, so the field always holds the canonical name.
+    """
 
-    def __post_init__(self) -> None:
-        for name in ("tp", "pp", "sp", "kvp"):
-            value = getattr(self, name)
+    tp: int
+    pp: int
+    sp: int
+    kvp: int
+    sp_kind: SpKind
+
+    def __init__(self, *, tp: int = 1, pp: int = 1, sp: int = 1, kvp: int = 1, sp_kind: str = "ring") -> None:
+        for name, value in (("tp", tp), ("pp", pp), ("sp", sp), ("kvp", kvp)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"ParallelConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.sp_kind in SP_KIND_ALIASES:     # csps.txt's names: SP-NTP is Ulysses, SP-TP is Megatron
-            object.__setattr__(self, "sp_kind", SP_KIND_ALIASES[self.sp_kind])
-        if self.sp_kind not in ("ring", "ulysses", "megatron"):
+        kind = SP_KIND_ALIASES.get(sp_kind, sp_kind) if isinstance(sp_kind, str) else sp_kind
+        if kind not in ("ring", "ulysses", "megatron"):
             raise ValueError(f"ParallelConfig.sp_kind must be 'ring', 'ulysses' (or 'ntp'), 'megatron' (or 'tp'), "
-                             f"got {self.sp_kind!r}")
+                             f"got {sp_kind!r}")
+        for name, value in (("tp", tp), ("pp", pp), ("sp", sp), ("kvp", kvp), ("sp_kind", kind)):
+            object.__setattr__(self, name, value)     # what a frozen dataclass's generated __init__ does
 
     @property
     def num_gpus(self) -> int:

@@ -57,7 +57,9 @@ class OptimalResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "status", SolveStatus(self.status))
+        if not isinstance(self.status, SolveStatus):
+            raise ValueError(f"OptimalResult.status must be a SolveStatus ({', '.join(s.name for s in SolveStatus)}), "
+                             f"got {self.status!r}")
 
     @property
     def is_optimal(self) -> bool:

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def _as_int_array(owner: str, name: str, values: Any) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class Batch:
     """One forward pass: request ``ids[k]`` processes ``tokens[k]`` tokens.
 
@@ -107,13 +107,14 @@ class Batch:
 
     ids: np.ndarray
     tokens: np.ndarray
-    evict: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    not_before_s: float = 0.0
+    evict: np.ndarray
+    not_before_s: float
 
-    def __post_init__(self) -> None:
-        ids = _as_int_array("Batch", "ids", self.ids)
-        tokens = _as_int_array("Batch", "tokens", self.tokens)
-        evict = _as_int_array("Batch", "evict", self.evict)
+    def __init__(self, ids: Any, tokens: Any, evict: Any = None, not_before_s: float = 0.0) -> None:
+        """Integer sequences become int64 arrays (checked) before any field is set."""
+        ids = _as_int_array("Batch", "ids", ids)
+        tokens = _as_int_array("Batch", "tokens", tokens)
+        evict = np.zeros(0, dtype=np.int64) if evict is None else _as_int_array("Batch", "evict", evict)
         if ids.shape != tokens.shape:
             raise ValueError(f"Batch.ids and Batch.tokens differ in length: {ids.size} != {tokens.size}")
         if tokens.size and int(np.abs(tokens).max()) > MAX_TOKENS:
@@ -121,7 +122,7 @@ class Batch:
         object.__setattr__(self, "ids", ids)
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "evict", evict)
-        object.__setattr__(self, "not_before_s", _check_start(self.not_before_s, "Batch.not_before_s"))
+        object.__setattr__(self, "not_before_s", _check_start(not_before_s, "Batch.not_before_s"))
 
     def __len__(self) -> int:
         return int(self.ids.size)
@@ -179,7 +180,7 @@ class Batch:
         return cls.trusted(ids, tokens, evict, _check_start(data.get("not_before_s", 0.0), f"{where}.not_before_s"))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False, init=False)
 class Schedule:
     """An ordered list of batches, plus free-form provenance in ``meta``.
 
@@ -188,11 +189,12 @@ class Schedule:
     """
 
     batches: tuple[Batch, ...]
-    meta: Mapping[str, Any] = field(default_factory=dict)
+    meta: Mapping[str, Any]
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.batches, tuple):
-            object.__setattr__(self, "batches", tuple(self.batches))
+    def __init__(self, batches: Iterable[Batch], meta: Mapping[str, Any] | None = None) -> None:
+        """Any iterable of batches becomes a tuple before the field is set (no field is rewritten later)."""
+        object.__setattr__(self, "batches", tuple(batches))
+        object.__setattr__(self, "meta", {} if meta is None else meta)
 
     def __len__(self) -> int:
         return len(self.batches)

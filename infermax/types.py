@@ -161,21 +161,26 @@ def _plain(value: Any, kind: type = int) -> Any:
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, init=False)
 class Workload:
     """An ordered set of requests with unique ids.
 
     Position ``i`` in ``requests`` is the request's *index*; schedules refer to
-    requests by ``id``. The NumPy views (``input_lens``, ...) are built once.
+    requests by ``id``. The NumPy views (``input_lens``, ...) are built once, in
+    ``__init__`` (which also turns any sequence of requests into a tuple before
+    the field is set: no field is rewritten after construction).
     """
 
     requests: tuple[Request, ...]
-    name: str = "workload"
-    _arrays: dict[str, np.ndarray] = field(default_factory=dict, init=False, repr=False, compare=False)
+    name: str
+    _arrays: dict[str, np.ndarray] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.requests, tuple):
-            object.__setattr__(self, "requests", tuple(self.requests))
+    def __init__(self, *, requests: Iterable[Request], name: str = "workload") -> None:
+        for key, value in (("requests", tuple(requests)), ("name", name), ("_arrays", {})):
+            object.__setattr__(self, key, value)     # what a frozen dataclass's generated __init__ does
+        self._build_views()
+
+    def _build_views(self) -> None:
         if not self.requests:
             raise ValueError("Workload.requests must not be empty")
         for r in self.requests:
@@ -325,7 +330,7 @@ class Workload:
             raise ValueError(f"workload file {path!r}: {exc}") from None
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
+@dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class Limits:
     """Per-batch and memory limits (infermax.txt §2.2, §3.1).
 
@@ -336,28 +341,33 @@ class Limits:
     ceil(m / block_size) blocks and the cache has M // block_size of them (an M
     that is not a multiple of the block size is allowed: its remainder is
     unusable). The default 1 is the paper's token-granular KV.
+
+    P's default is resolved in ``__init__``, before any field is set: every field
+    is assigned once, to its final value, and never rewritten after.
     """
 
-    M: int = 100_000
-    C: int = 4096
-    P: int | None = None
-    R_max: int | None = None
-    block_size: int = 1
+    M: int
+    C: int
+    P: int
+    R_max: int | None
+    block_size: int
 
-    def __post_init__(self) -> None:
-        _check_int("Limits", "M", self.M, 1, MAX_LIMIT)
-        _check_int("Limits", "C", self.C, 1, MAX_LIMIT)
-        if self.P is None:
-            object.__setattr__(self, "P", self.C)
-        _check_int("Limits", "P", self.P, 1, MAX_LIMIT)
-        if self.P > self.C:
-            raise ValueError(f"Limits.P must be <= C = {self.C}, got {self.P}")
-        if self.R_max is not None:
-            _check_int("Limits", "R_max", self.R_max, 1, MAX_LIMIT)
-        _check_int("Limits", "block_size", self.block_size, 1, MAX_TOKENS)
-        if self.block_size > self.M:
-            raise ValueError(f"Limits.block_size must be <= M = {self.M} (the cache holds no whole block), "
-                             f"got {self.block_size}")
+    def __init__(self, *, M: int = 100_000, C: int = 4096, P: int | None = None, R_max: int | None = None,
+                 block_size: int = 1) -> None:
+        _check_int("Limits", "M", M, 1, MAX_LIMIT)
+        _check_int("Limits", "C", C, 1, MAX_LIMIT)
+        P = C if P is None else P
+        _check_int("Limits", "P", P, 1, MAX_LIMIT)
+        if P > C:
+            raise ValueError(f"Limits.P must be <= C = {C}, got {P}")
+        if R_max is not None:
+            _check_int("Limits", "R_max", R_max, 1, MAX_LIMIT)
+        _check_int("Limits", "block_size", block_size, 1, MAX_TOKENS)
+        if block_size > M:
+            raise ValueError(f"Limits.block_size must be <= M = {M} (the cache holds no whole block), "
+                             f"got {block_size}")
+        for name, value in (("M", M), ("C", C), ("P", P), ("R_max", R_max), ("block_size", block_size)):
+            object.__setattr__(self, name, value)     # what a frozen dataclass's generated __init__ does
 
     @property
     def max_running(self) -> int:

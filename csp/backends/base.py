@@ -60,10 +60,9 @@ class SolveResult:
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.status not in tuple(SolveStatus):
-            raise ValueError(f"SolveResult.status must be one of {[s.value for s in SolveStatus]}, "
+        if not isinstance(self.status, SolveStatus):    # a backend converts its solver's status itself
+            raise ValueError(f"SolveResult.status must be a SolveStatus ({', '.join(s.name for s in SolveStatus)}), "
                              f"got {self.status!r}")
-        object.__setattr__(self, "status", SolveStatus(self.status))
 
     @property
     def has_solution(self) -> bool:

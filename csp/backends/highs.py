@@ -137,7 +137,7 @@ def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: d
         facts["highs_status"] = "killed after overrunning its time limit"
         return SolveResult(SolveStatus.UNKNOWN, None, None, None, wall, NAME, facts)
     facts.update(highs_status=out["highs_status"], nodes=out["nodes"], solver_bound=out["bound"])
-    status = out["status"]
+    status = SolveStatus(out["status"])     # the child process sends the status's value
     bound = certified_bound(out["bound"], out["objective"], status, solver_rel, solver_abs)
     bound = bound / scale if bound is not None else None
     if out["values"] is None:

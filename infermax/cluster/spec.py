@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -55,24 +55,36 @@ class Replica:
     kv_capacity_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Cluster:
-    """``nodes × gpus_per_node`` GPUs of one type serving one model with one parallel plan per replica."""
+    """``nodes × gpus_per_node`` GPUs of one type serving one model with one parallel plan per replica.
+
+    ``gpu`` and ``model`` may be given by name (``"a100"``, ``"llama3-8b"``) and ``gpus_per_node`` as 0
+    (the GPU spec's default); ``__init__`` resolves them before any field is set, so every field holds
+    its final value from the start and is never rewritten.
+    """
 
     gpu: GpuSpec
     model: ModelSpec
-    nodes: int = 1
-    gpus_per_node: int = 0           # 0: the GPU spec's default
-    plan: ParallelConfig = field(default_factory=ParallelConfig)
-    util: float = 0.9
-    net_gbps: float | None = None
-    spp: int = 1                     # sequence-pipeline stages (medha §3.3); the plan's pp stays 1 then
+    nodes: int
+    gpus_per_node: int
+    plan: ParallelConfig
+    util: float
+    net_gbps: float | None
+    spp: int                         # sequence-pipeline stages (medha §3.3); the plan's pp stays 1 then
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gpu", get_gpu_spec(self.gpu))
-        object.__setattr__(self, "model", get_model_spec(self.model))
-        if self.gpus_per_node == 0:
-            object.__setattr__(self, "gpus_per_node", self.gpu.gpus_per_node)
+    def __init__(self, gpu: "GpuSpec | str", model: "ModelSpec | str", nodes: int = 1, gpus_per_node: int = 0,
+                 plan: ParallelConfig | None = None, util: float = 0.9, net_gbps: float | None = None,
+                 spp: int = 1) -> None:
+        gpu = get_gpu_spec(gpu)
+        values = {"gpu": gpu, "model": get_model_spec(model), "nodes": nodes,
+                  "gpus_per_node": gpu.gpus_per_node if gpus_per_node == 0 else gpus_per_node,
+                  "plan": ParallelConfig() if plan is None else plan, "util": util, "net_gbps": net_gbps, "spp": spp}
+        for name, value in values.items():
+            object.__setattr__(self, name, value)     # what a frozen dataclass's generated __init__ does
+        self._validate()
+
+    def _validate(self) -> None:
         for name in ("nodes", "gpus_per_node", "spp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
