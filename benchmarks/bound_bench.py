@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from infermax import Batch, Limits, Schedule, Workload, replay, simulate
-from infermax.bounds import lower_bound, parse_objective
+from infermax.bounds import cheap_methods, lower_bound, parse_objective
 from infermax.bounds.objectives import trace_value
 from infermax.costmodel import get_cost_model
 from infermax.schedulers import available
@@ -141,7 +141,7 @@ def objective_table(names: list[str], objectives: list[str], witness: bool) -> N
             new = {n: v for n, v in values.items() if n.startswith(GUIDED)}
             best = min(old, key=old.get)
             t0 = time.process_time()
-            b = lower_bound(w, lim, cost, objective=objective, methods=("requests", "order"))
+            b = lower_bound(w, lim, cost, objective=objective, methods=cheap_methods(objective))
             cpu = time.process_time() - t0
             gap = (values[best] - b.value) / values[best]
             line = f"{label:>15} {objective:>9} {best:>17} {values[best]:9.3f} "

@@ -24,6 +24,9 @@ percentiles (``ttft_p99``, ``e2e_p99``, also p50 and p90) and per request tag
 - ``order``: order statistics of first-token and completion times, the maximum of
   own-time, fluid SRPT (release dates), windowed and batch-count bounds (`order`);
   not for TPOT;
+- ``chains``: mean end-to-end latency, offline: the k-th completion also pays for the
+  unfinished decode chains of the requests that finish soon after it, and for its own
+  batches (`chains`; a convex relaxation closed by weak duality);
 - ``milp``: as above, for the untagged means.
 
 A per-tag bound is the bound of the tagged requests alone: dropping the other requests
@@ -54,6 +57,7 @@ import numpy as np
 
 from infermax.engine import resolve_inputs
 
+from .chains import chain_bound
 from .costs import coefficients_of
 from .lagrangian import lagrangian_bound
 from .lp import lp_bound
@@ -65,18 +69,24 @@ from .work import arrival_bound
 log = logging.getLogger(__name__)
 
 OBJECTIVES = BASES
-METHODS = ("work", "lp", "lagrangian", "requests", "order", "milp", "search")
+METHODS = ("work", "lp", "lagrangian", "requests", "order", "chains", "milp", "search")
 #: methods for each objective (``milp`` only on small instances and untagged means; any objective may
 #: carry a ``:tag``, see `objectives`)
 METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp", "search"),
               "throughput": ("work", "lp", "lagrangian", "milp", "search"),
-              "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "milp"),
+              "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "chains", "milp"),
               "completion": ("requests", "order", "milp"), "tpot": ("requests", "milp"),
               **{q: ("requests", "order") for q in BASES if "_p" in q}}
 #: methods run only when asked for (their time is a budget the caller sets, not a property of the instance)
 ON_REQUEST = ("search",)
 #: relative safety margin taken off every method's value (LP tolerances are ~1e-9; closed forms err ~1e-15)
 SAFETY = 1e-7
+
+
+def cheap_methods(objective: str) -> tuple[str, ...]:
+    """The methods of ``objective`` that need no solver budget (all but ``milp`` and the on-request ones):
+    what ``check_scheduler`` and the benchmarks run by default."""
+    return tuple(m for m in METHODS_OF[objective.partition(":")[0]] if m != "milp" and m not in ON_REQUEST)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +151,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
         "lagrangian": lambda: _safe(lagrangian_bound(co, workload, limits, upper=upper)),
         "requests": lambda: _safe(_requests_bound(co, chosen, limits, obj)),
         "order": lambda: _safe(_order_bound(co, chosen, limits, obj)),
+        "chains": lambda: _safe_or_none(_chains_bound(co, chosen, limits, obj, values.get("order", -math.inf))),
         "milp": lambda: _milp_bound(workload, block_limits, cost, obj.solver_name if obj.metric != "throughput"
                                     else "latency", milp_time_limit_s),
         "search": lambda: _search_bound(workload, limits, cost, search_time_limit_s),
@@ -192,6 +203,18 @@ def _order_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
                    "last_flow_s": float(b.flow_s[-1])}
 
 
+def _chains_bound(co, workload, limits, obj: Objective, floor: float) -> tuple[float | None, dict]:
+    """Decode chains (`chains`): the mean end-to-end latency, offline (``floor``: a bound already known,
+    so that splits that cannot beat it stop early)."""
+    if obj.quantile is not None:
+        return None, {"not_applicable": "a quantile (the chain bound is on the mean)"}
+    return chain_bound(co, workload, limits, floor)
+
+
+def _safe_or_none(result: tuple[float | None, dict]) -> tuple[float | None, dict]:
+    return result if result[0] is None else _safe(result)
+
+
 def _safe(result: tuple[float, dict]) -> tuple[float, dict]:
     value, cert = result
     return value - SAFETY * abs(value), cert
@@ -227,4 +250,4 @@ def _search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)
 
-__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "lower_bound", "parse_objective"]
+__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "cheap_methods", "lower_bound", "parse_objective"]

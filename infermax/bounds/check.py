@@ -102,7 +102,7 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
     on ``objective``. The solver optimum is sought for the untagged means and the latency only.
     ``methods``: the bound methods of :func:`~infermax.bounds.lower_bound` (default: the cheap ones that
     apply); name ``search`` to add the class-state A* for ``search_time_limit_s``."""
-    from . import lower_bound
+    from . import cheap_methods, lower_bound
 
     obj = parse_objective(objective)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
@@ -131,8 +131,7 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
         claim = sched.reported_metrics().get(_metric_key(obj))
         claimed_value_s = None if claim is None else float(claim)
     if methods is None:
-        methods = ("work", "lp", "lagrangian") if obj.metric in ("latency", "throughput") else \
-            ("requests", "order") if obj.metric != "tpot" else ("requests",)
+        methods = cheap_methods(objective)
     bound = lower_bound(workload, limits, cost, objective=objective, upper=measured["latency_s"],
                         methods=tuple(methods), search_time_limit_s=search_time_limit_s, progress=progress)
     bound_values, best_value, best_method = dict(bound.values), bound.value, bound.method

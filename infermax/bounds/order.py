@@ -67,23 +67,31 @@ class Works(NamedTuple):
     total_s: np.ndarray
 
 
-def request_works(co: LinearCoefficients, workload: Workload, limits: Limits, per_token_s: float,
-                  mu: np.ndarray) -> Works:
-    """Each request's cheapest path cost with multipliers ``mu`` = (μ_M, μ_C, μ_P, μ_R) >= 0.
+def path_costs(co: LinearCoefficients, limits: Limits, per_token_s: float, mu: np.ndarray,
+               max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(fill, token) over contexts ℓ = 0..max_len with multipliers ``mu`` = (μ_M, μ_C, μ_P, μ_R) >= 0:
+    ``fill[ℓ]`` the least cost of a fill of ℓ tokens from an empty cache, ``token[ℓ]`` the least cost
+    of the token at context ℓ (a decode reading ℓ KV, or a refill of ℓ, whichever is cheaper).
 
     A fill of e tokens from an empty cache in k >= ⌈e / cp⌉ chunks (cp = min(C, P)) costs at least
     lin·e + attn·e(e + 1)/2 (causal work, any chunking) + k·(μ_R + request) + μ_M·Σ chunk ends,
     and the ends are least with full chunks last: Σ >= k·e - cp·k(k - 1)/2."""
     mu_M, mu_C, mu_P, mu_R = (float(x) for x in mu)
-    I, O = workload.input_lens, workload.output_lens
-    max_len = int((I + O - 1).max())
     ell = np.arange(max_len + 1, dtype=np.float64)
     cp = float(min(limits.C, limits.P))
     k = np.ceil(ell / cp)
     fill = ((per_token_s + co.prefill_token_s + mu_C + mu_P) * ell + co.prefill_attn_s * ell * (ell + 1) / 2
             + k * (mu_R + co.request_s) + mu_M * (k * ell - cp * k * (k - 1) / 2))
     decode = per_token_s + co.request_s + co.decode_kv_s * ell + mu_C + mu_M * ell + mu_R
-    token = np.minimum(decode, fill)
+    return fill, np.minimum(decode, fill)
+
+
+def request_works(co: LinearCoefficients, workload: Workload, limits: Limits, per_token_s: float,
+                  mu: np.ndarray) -> Works:
+    """Each request's cheapest path cost with multipliers ``mu`` (:func:`path_costs`): its fill, then
+    each later token at its context."""
+    I, O = workload.input_lens, workload.output_lens
+    fill, token = path_costs(co, limits, per_token_s, mu, int((I + O - 1).max()))
     cum = np.concatenate(([0.0], np.cumsum(token[1:])))
     first = fill[I]
     return Works(first, first + (cum[I + O - 1] - cum[I]))
