@@ -75,7 +75,7 @@ METHODS = ("work", "lp", "lagrangian", "requests", "order", "chains", "milp", "s
 METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp", "search"),
               "throughput": ("work", "lp", "lagrangian", "milp", "search"),
               "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "chains", "milp"),
-              "completion": ("requests", "order", "milp"), "tpot": ("requests", "milp"),
+              "completion": ("requests", "order", "chains", "milp"), "tpot": ("requests", "milp"),
               **{q: ("requests", "order") for q in BASES if "_p" in q}}
 #: methods run only when asked for (their time is a budget the caller sets, not a property of the instance)
 ON_REQUEST = ("search",)
