@@ -48,6 +48,8 @@ import numpy as np
 from .base import CostModel
 from .jsonfile import load_json
 
+_sum = np.add.reduce    # ndarray.sum's reduction without the method's per-call overhead
+
 FORMULA = ("t = max_k(a_k + b_k*N) + [any decode](decode_bias_s + decode_kv_s*K) + "
            "[any prefill](prefill_bias_s + prefill_attn_s*W + prefill_token_s*P) + request_s*R; N = sum c, "
            "K = sum_decode (m+c), W = sum_prefill c*m + c*(c+1)/2 (causal), P = sum_prefill c, "
@@ -205,19 +207,31 @@ class LinearCostModel(CostModel):
 
     def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
         lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
-        num_tokens = float(tokens.sum())
-        t = max(a + b * num_tokens for a, b in lines) + req * float(tokens.size)
+        num_tokens = _sum(tokens)
+        n_tok = float(num_tokens)
+        t = max([a + b * n_tok for a, b in lines]) + req * float(tokens.size)
         num_decode = int(np.count_nonzero(is_decode))
         if num_decode == tokens.size:
-            t += d_bias + d_kv * float((kv_before + tokens).sum())
+            t += d_bias + d_kv * float(_sum(kv_before + tokens))
+        elif num_decode == tokens.size - 1 and tokens.dtype.kind == kv_before.dtype.kind == "i":
+            # one prefill chunk, alone or among decodes: the sums in Python ints, exact as NumPy's integer
+            # sums are, with no array operation per term
+            k = int(is_decode.argmin())
+            c, m = int(tokens[k]), int(kv_before[k])
+            if num_decode:
+                t += d_bias + d_kv * float(int(num_tokens) + int(_sum(kv_before)) - c - m)
+            t += p_bias + p_attn * (0.5 * float(c * (2 * m + c + 1)))
+            if p_tok:
+                t += p_tok * float(c)
+            return float(t)
         elif num_decode:
-            t += d_bias + d_kv * float((kv_before + tokens)[is_decode].sum())
+            t += d_bias + d_kv * float(_sum((kv_before + tokens)[is_decode]))
         if num_decode < tokens.size:
             pf = ~is_decode
             c = tokens[pf]
             t += p_bias + p_attn * (0.5 * float(np.dot(c, 2 * kv_before[pf] + c + 1)))
             if p_tok:
-                t += p_tok * float(c.sum())
+                t += p_tok * float(_sum(c))
         return float(t)
 
     def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:
@@ -227,8 +241,8 @@ class LinearCostModel(CostModel):
             return super().decode_run_times(kv_before, num_steps)
         lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
         n = int(kv_before.size)
-        base = max(a + b * float(n) for a, b in lines) + req * float(n)
-        first = int(kv_before.sum()) + n                # Σ (kv_before + 1): KV read by the first step
+        base = max([a + b * float(n) for a, b in lines]) + req * float(n)
+        first = int(_sum(kv_before)) + n                # Σ (kv_before + 1): KV read by the first step
         if num_steps <= 32:     # a short run: Python floats (the same IEEE operations) cost less than NumPy calls
             return np.array([base + (d_bias + d_kv * kv) for kv in range(first, first + n * num_steps, n)])
         kv_sum = np.arange(first, first + n * num_steps, n, dtype=np.int64)

@@ -69,12 +69,22 @@ class _BatchList:
 
     def __init__(self) -> None:
         self.batches: list[Batch] = []
+        self._ones = np.ones(0, dtype=np.int64)
 
     def add(self, batch: Batch, repeat: int = 1) -> None:
         if repeat == 1:
             self.batches.append(batch)
         else:
             self.batches.extend([batch] * repeat)
+
+    def add_decode(self, ids: np.ndarray, repeat: int) -> None:
+        """``repeat`` decode batches of the requests ``ids``: their tokens, ``n`` ones, are read-only
+        and sliced from one array."""
+        n = ids.size
+        if self._ones.size < n:
+            self._ones = np.ones(max(n, 2 * self._ones.size, 256), dtype=np.int64)
+            self._ones.setflags(write=False)
+        self.add(Batch.trusted(ids, self._ones[:n], _NO_IDS, 0.0), repeat)
 
 
 def _stuck_message(state: ServingState, scheduler_name: str) -> str:
@@ -154,15 +164,7 @@ class ReplicaRunner:
         self.seen = StateView(state) if read_only else state      # what the scheduler is handed
         self.fast_forward = fast_forward
         self.not_before = 0.0
-        self._ones = np.ones(0, dtype=np.int64)
         self._cut: tuple[np.ndarray, int, tuple] | None = None   # (requests, batches left, state stamp)
-
-    def _decode_tokens(self, n: int) -> np.ndarray:
-        """The tokens of a decode batch of ``n`` requests: ``n`` ones, read-only, sliced from one array."""
-        if self._ones.size < n:
-            self._ones = np.ones(max(n, 2 * self._ones.size, 256), dtype=np.int64)
-            self._ones.setflags(write=False)
-        return self._ones[:n]
 
     def step(self, extra: "tuple[np.ndarray, np.ndarray, np.ndarray] | None" = None) -> bool:
         """Run the next batch (True), or say that nothing can run now (False).
@@ -200,8 +202,7 @@ class ReplicaRunner:
         state, ids, done = self.state, self.ids, 0
         pending = state.num_pending
         for seg in state.apply_decode_run(run, steps):
-            tokens = self._decode_tokens(seg.idx.size)
-            self.out.add(Batch.trusted(ids[seg.idx], tokens, _NO_IDS, 0.0), seg.num_batches)
+            self.out.add_decode(ids[seg.idx], seg.num_batches)
             self.recorder.add_decode_segment(seg)
             done += seg.num_batches
         if state.num_pending != pending:

@@ -275,15 +275,18 @@ def _ints(values: np.ndarray, texts: _IntText | None = None) -> str:
     return ",".join(map(str if texts is None else texts.__getitem__, values.tolist()))
 
 
-def batch_json(batch: Batch, texts: _IntText | None = None) -> str:
+def batch_json(batch: Batch, texts: _IntText | None = None, ids_text: str | None = None) -> str:
     """``batch`` as :meth:`Schedule.to_json` writes it (the same bytes), without building a dict.
-    ``texts``: a cache of the integers' text (:class:`ScheduleWriter` keeps one)."""
+    ``texts``: a cache of the integers' text (:class:`ScheduleWriter` keeps one); ``ids_text``: the
+    text of ``batch.ids`` when the caller has it."""
     tokens = batch.tokens.tolist()
     if tokens.count(1) == len(tokens):    # a decode batch: every token count is 1
         tokens_text = "1," * (len(tokens) - 1) + "1" if tokens else ""
     else:
         tokens_text = ",".join(map(str if texts is None else texts.__getitem__, tokens))
-    text = f'{{"ids":[{_ints(batch.ids, texts)}],"tokens":[{tokens_text}]'
+    if ids_text is None:
+        ids_text = _ints(batch.ids, texts)
+    text = f'{{"ids":[{ids_text}],"tokens":[{tokens_text}]'
     if batch.evict.size:
         text += f',"evict":[{_ints(batch.evict, texts)}]'
     if batch.not_before_s:
@@ -313,15 +316,43 @@ class ScheduleWriter:
         self._file.write(head[:-1] + ',"batches":[')
         self.num_batches = 0
         self._texts = _IntText()
+        self._last_ids, self._last_ids_text = b"", ""    # the last batch's ids (their bytes) and their text
 
     def add(self, batch: Batch, repeat: int = 1) -> None:
-        if repeat < 1:
-            return
+        if repeat >= 1:
+            texts = self._text_cache()
+            self._write(batch_json(batch, texts, self._ids_text(batch.ids, texts)), repeat)
+
+    def add_decode(self, ids: np.ndarray, repeat: int) -> None:
+        """``add`` of ``repeat`` decode batches of ``ids`` (a token each, no eviction, no ``not_before_s``),
+        without building the Batch: the same bytes."""
+        if repeat >= 1:
+            ids_text = self._ids_text(ids, self._text_cache())
+            self._write(f'{{"ids":[{ids_text}],"tokens":[{"1," * (ids.size - 1)}1]}}', repeat)
+
+    def _text_cache(self) -> _IntText:
         if len(self._texts) > self.MAX_TEXTS:
             self._texts.clear()
-        text = batch_json(batch, self._texts)
-        first = text if self.num_batches == 0 else "," + text
-        self._file.write(first)
+        return self._texts
+
+    def _ids_text(self, ids: np.ndarray, texts: _IntText) -> str:
+        """The text of ``ids``; the last batch's when they are its ids, or its ids less the first few
+        (a decode run after its oldest requests complete): then no integer is formatted again."""
+        if ids.dtype != np.int64:      # (the remembered ids are int64 bytes)
+            return _ints(ids, texts)
+        raw = ids.tobytes()
+        last = self._last_ids
+        if raw != last:
+            if raw and last.endswith(raw):     # (whole ids: both lengths are multiples of 8 bytes)
+                drop = (len(last) - len(raw)) // 8
+                text = self._last_ids_text.split(",", drop)[drop]
+            else:
+                text = _ints(ids, texts)
+            self._last_ids, self._last_ids_text = raw, text
+        return self._last_ids_text
+
+    def _write(self, text: str, repeat: int) -> None:
+        self._file.write(text if self.num_batches == 0 else "," + text)
         if repeat > 1:
             self._file.write(("," + text) * (repeat - 1))
         self.num_batches += repeat

@@ -38,6 +38,9 @@ class Status(IntEnum):
 
 # plain ints for the hot paths: NumPy compares an int8 array with an IntEnum member ~4x slower than with an int
 FUTURE, WAITING, RUNNING, DONE = (int(s) for s in (Status.FUTURE, Status.WAITING, Status.RUNNING, Status.DONE))
+# the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
+# small arrays of the hot paths (the same reduction, so the same results)
+_sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
 
 
 class ScheduleError(ValueError):
@@ -200,15 +203,19 @@ class ServingState:
         the new arrivals: O(active + arrived), never O(workload). Read-only; do not modify.
         """
         if self._active_version != self.version:
-            if self._active_done == self.num_done and self._active_upto == self._next_arrival:
+            same_done = self._active_done == self.num_done
+            if same_done and self._active_upto == self._next_arrival:
                 self._active_version = self.version     # only WAITING <-> RUNNING changes: the same set
                 return self._active
-            self._active_done = self.num_done
-            kept = self._active[self.status[self._active] != DONE] if self._active.size else self._active
+            kept = self._active
+            if not same_done:   # some finished: only then can a listed or a newly admitted request be DONE
+                self._active_done = self.num_done
+                kept = kept[self.status[kept] != DONE] if kept.size else kept
             if self._active_upto < self._next_arrival:
                 new = self._arrival_order[self._active_upto:self._next_arrival]
-                new = new[self.status[new] != DONE]
-                kept = np.concatenate((kept, new)) if kept.size else new
+                if not same_done:
+                    new = new[self.status[new] != DONE]
+                kept = np.concatenate((kept, new)) if kept.size else new.copy()
                 self._active_upto = self._next_arrival
             kept.setflags(write=False)
             self._active, self._active_version = kept, self.version
@@ -329,94 +336,44 @@ class ServingState:
         Returns (start_s, duration_s, :class:`BatchRecord`). Raises ScheduleError on any rule violation.
         """
         j = self.num_batches
-        ids = self.workload.ids
-        status, m, inp = self.status, self.m, self.inp
+        n = int(idx.size)
         start = max(self.clock_s, not_before_s)
-        if not self._offline and idx.size and (late := float(self._admit_s[idx].max())) > start:
-            start = late
+        st = self.status[idx] if n else None
+        # a batch waits for its requests' admission; only a request not yet admitted (FUTURE) can be admitted
+        # after the clock (a status other than FUTURE is set at an admission at or before the clock)
+        if n and not self._offline and FUTURE in st.tobytes():
+            start = max(start, float(_max(self._admit_s[idx])))
         if start > self.clock_s:
             self.advance_clock(start)
+            st = self.status[idx] if n else None     # (arrivals admitted)
         # 1. evictions
         num_ev = int(evict.size)
         if num_ev:
-            bad = status[evict] != RUNNING
-            if bad.any():
-                k = int(evict[bad][0])
-                raise ScheduleError(j, "evict", f"cannot evict a request that holds no KV "
-                                    f"(status {_STATUS[status[k]]})", int(ids[k]))
-            if num_ev > 1 and np.unique(evict).size != num_ev:
-                raise ScheduleError(j, "evict", "a request is evicted twice")
-            m_ev = m[evict]
-            dec = m_ev >= inp[evict]
-            inp[evict[dec]] = m_ev[dec] + 1
-            m[evict] = 0
-            status[evict] = WAITING
-            self.num_evictions[evict] += 1
-            self.refill_tokens[evict] += m_ev
-            freed = int(m_ev.sum())
-            self.kv_used -= freed
-            self.prefill_tokens_left += freed + int(np.count_nonzero(dec))   # all of it again (+1: a refill)
-            if self._block > 1:
-                self.blocks_used -= int(self.limits.kv_blocks(m_ev).sum())
-            self.num_running -= num_ev
-            self.version += 1
-        n = int(idx.size)
+            self._evict(j, evict)
+            st = self.status[idx] if n else None
         if n == 0:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
         # 2. who may run, and how many tokens
-        st = status[idx]
-        new = st != RUNNING
-        num_new = int(np.count_nonzero(new))
-        if num_new and np.count_nonzero(st == WAITING) != num_new:   # some are finished or not arrived
-            k = int(idx[(st == DONE) | (st == FUTURE)][0])
-            raise ScheduleError(j, "finished" if status[k] == DONE else "arrival",
-                                "request is finished" if status[k] == DONE else "request has not arrived",
-                                int(ids[k]))
-        if n > 1:  # duplicates: the last write of a repeated index wins, so an earlier slot disagrees
-            slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
-            self._slot[idx] = slots
-            if np.count_nonzero(self._slot[idx] != slots):
-                k = int(idx[np.argmax(self._slot[idx] != slots)])
-                raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(ids[k]))
-        m0 = m[idx]
-        inp0 = inp[idx]
-        if int(tokens.min()) < 1:
-            k = int(np.argmin(tokens))
-            raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(ids[idx[k]]))
+        num_new = self._check_requests(j, idx, tokens, st)
+        m0 = self.m[idx]
+        inp0 = self.inp[idx]
         is_decode = m0 >= inp0
         m1 = m0 + tokens
         over = m1 > np.maximum(inp0, m0 + 1)
         if np.count_nonzero(over):
             k = int(np.argmax(over))
+            ids = self.workload.ids
             if is_decode[k]:
                 raise ScheduleError(j, "decode-chunk", f"decode phase processes exactly 1 token, "
                                     f"got c = {int(tokens[k])}", int(ids[idx[k]]))
             raise ScheduleError(j, "prefill-chunk", f"chunk c = {int(tokens[k])} exceeds the "
                                 f"{int(inp0[k] - m0[k])} input tokens left", int(ids[idx[k]]))
         # 3. per-batch limits
-        lim = self.limits
-        num_tokens = int(tokens.sum())
+        num_tokens = int(_sum(tokens))
         num_decode = int(np.count_nonzero(is_decode))
         num_prefill_tokens = num_tokens - num_decode
-        if num_tokens > lim.C:
-            raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
-        if num_prefill_tokens > lim.P:
-            raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
-        kv = self.kv_used + num_tokens
-        running = self.num_running + num_new
-        if kv + self.external_kv > lim.M:
-            held = f" (+ {self.external_kv} held for work scheduled elsewhere)" if self.external_kv else ""
-            raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{held} > M = {lim.M}")
-        blocks = 0
-        if self._block > 1:
-            blocks = self.blocks_used + int((lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)).sum())
-            if blocks + self._external_blocks() > lim.num_blocks:
-                raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
-                                    f"blocks of block_size = "
-                                    f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
-                                    f"({kv} tokens, M = {lim.M})")
-        if running > lim.max_running:
-            raise ScheduleError(j, "R_max", f"{running} running requests > R_max = {lim.R_max}")
+        kv, running = self.kv_used + num_tokens, self.num_running + num_new
+        blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
         # 4. time
         if extra is None:
             duration = self.cost.batch_time(tokens, m0, is_decode)
@@ -426,30 +383,116 @@ class ServingState:
         end = start + duration
         # 5. commit progress
         if num_new:
-            new_idx = idx[new]
-            status[new_idx] = RUNNING
+            new_idx = idx[st == WAITING]
+            self.status[new_idx] = RUNNING
             # the first time: NaN until now (fmin ignores NaN; an earlier time is never later than start)
             self.first_scheduled_s[new_idx] = np.fmin(self.first_scheduled_s[new_idx], start)
             self.version += 1
-        m[idx] = m1
+        self.m[idx] = m1
+        self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
+        self.prefill_tokens_left -= num_prefill_tokens
+        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode == n, end)
+        self._last_batch[idx] = j
+        self.clock_s = end
+        self.num_batches = j + 1
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+
+    def _evict(self, j: int, evict: np.ndarray) -> None:
+        """Batch ``j``'s evictions (``apply``, step 1): drop the KV of the running requests ``evict``."""
+        status, m, inp = self.status, self.m, self.inp
+        num_ev = int(evict.size)
+        bad = status[evict] != RUNNING
+        if bad.any():
+            k = int(evict[bad][0])
+            raise ScheduleError(j, "evict", f"cannot evict a request that holds no KV "
+                                f"(status {_STATUS[status[k]]})", int(self.workload.ids[k]))
+        if num_ev > 1 and np.unique(evict).size != num_ev:
+            raise ScheduleError(j, "evict", "a request is evicted twice")
+        m_ev = m[evict]
+        dec = m_ev >= inp[evict]
+        inp[evict[dec]] = m_ev[dec] + 1
+        m[evict] = 0
+        status[evict] = WAITING
+        self.num_evictions[evict] += 1
+        self.refill_tokens[evict] += m_ev
+        freed = int(_sum(m_ev))
+        self.kv_used -= freed
+        self.prefill_tokens_left += freed + int(np.count_nonzero(dec))   # all of it again (+1: a refill)
+        if self._block > 1:
+            self.blocks_used -= int(_sum(self.limits.kv_blocks(m_ev)))
+        self.num_running -= num_ev
+        self.version += 1
+
+    def _check_requests(self, j: int, idx: np.ndarray, tokens: np.ndarray, st: np.ndarray) -> int:
+        """Batch ``j``'s requests ``idx`` (statuses ``st``) are arrived, unfinished and distinct, and each
+        processes >= 1 token (``apply``, step 2); returns how many of them are new (WAITING)."""
+        n = int(idx.size)
+        codes = st.tobytes()       # the statuses, a byte each: counted without a NumPy call
+        num_new = codes.count(WAITING)
+        if num_new + codes.count(RUNNING) != n:   # some are finished or not arrived
+            k = int(idx[(st == DONE) | (st == FUTURE)][0])
+            done = self.status[k] == DONE
+            raise ScheduleError(j, "finished" if done else "arrival",
+                                "request is finished" if done else "request has not arrived",
+                                int(self.workload.ids[k]))
+        if n > 1:  # duplicates: the last write of a repeated index wins, so an earlier slot reads back a later one
+            slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
+            self._slot[idx] = slots
+            back = self._slot[idx]
+            if int(_sum(back)) != n * (n - 1) // 2:   # back[k] >= k, all equal only when no index repeats
+                k = int(idx[np.argmax(back != slots)])
+                raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(self.workload.ids[k]))
+        if int(_min(tokens)) < 1:
+            k = int(np.argmin(tokens))
+            raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
+        return num_new
+
+    def _check_limits(self, j: int, num_tokens: int, num_prefill_tokens: int, kv: int, running: int,
+                      m0: np.ndarray, tokens: np.ndarray) -> int:
+        """Batch ``j`` keeps C, P, M (and M in blocks) and R_max (``apply``, step 3); returns the blocks in
+        use after it (0 when block_size is 1)."""
+        lim = self.limits
+        if num_tokens > lim.C:
+            raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
+        if num_prefill_tokens > lim.P:
+            raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
+        if kv + self.external_kv > lim.M:
+            held = f" (+ {self.external_kv} held for work scheduled elsewhere)" if self.external_kv else ""
+            raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{held} > M = {lim.M}")
+        blocks = 0
+        if self._block > 1:
+            blocks = self.blocks_used + int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
+            if blocks + self._external_blocks() > lim.num_blocks:
+                raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
+                                    f"blocks of block_size = "
+                                    f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
+                                    f"({kv} tokens, M = {lim.M})")
+        if running > lim.max_running:
+            raise ScheduleError(j, "R_max", f"{running} running requests > R_max = {lim.R_max}")
+        return blocks
+
+    def _generate(self, j: int, idx: np.ndarray, m0: np.ndarray, inp0: np.ndarray, m1: np.ndarray,
+                  is_decode: np.ndarray, all_decode: bool, end: float) -> None:
+        """Batch ``j`` (ending at ``end``) moved requests ``idx`` from ``m0`` to ``m1`` KV tokens: count the
+        tokens generated, suspensions and first tokens, and free the KV of the requests it completes."""
         gen = self.gen
-        if num_decode == n:   # all decoding: each generates a token, none its first (a decode follows one)
+        if all_decode:   # each generates a token, none its first (a decode follows one)
             g_idx = idx
-            gen[g_idx] += 1
-            g = gen[g_idx]
+            g = gen[g_idx] + 1
+            gen[g_idx] = g
         else:
-            resumed = (m0 > 0) & ~is_decode
-            if np.count_nonzero(resumed):  # a (re)fill that skipped at least one batch was suspended (preempted)
-                r_idx = idx[resumed]
+            pf = ~is_decode
+            if np.count_nonzero(m0[pf]):   # a (re)fill that skipped at least one batch was suspended (preempted)
+                r_idx = idx[pf & (m0 > 0)]
                 self.num_suspensions[r_idx] += self._last_batch[r_idx] < j - 1
             g_idx = idx[m1 >= inp0]     # decodes (m1 > inp0) and (re)fills that reach their input
-            gen[g_idx] += 1
-            g = gen[g_idx]
+            g = gen[g_idx] + 1
+            gen[g_idx] = g
             first = g_idx[g == 1]
             if first.size:
                 self.first_token_s[first] = end
-        self._last_batch[idx] = j
-        self.prefill_tokens_left -= num_prefill_tokens
         self.decode_tokens_left -= int(g_idx.size)
         if self._stop is None:
             fin = g_idx[g == self.output_lens[g_idx]]
@@ -457,25 +500,9 @@ class ServingState:
             fin = g_idx[g == self._stop[g_idx]]
             if fin.size:
                 self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
-                self.decode_tokens_left -= int((self.output_lens[fin] - gen[fin]).sum())   # left elsewhere
-        self.kv_used = kv
-        self.blocks_used = blocks
-        self.num_running = running
+                self.decode_tokens_left -= int(_sum(self.output_lens[fin] - gen[fin]))   # left elsewhere
         if fin.size:
-            self.completion_s[fin] = end
-            self.kv_used -= int(m[fin].sum())
-            if self._block > 1:
-                self.blocks_used -= int(lim.kv_blocks(m[fin]).sum())
-            m[fin] = 0
-            status[fin] = DONE
-            self.num_running -= int(fin.size)
-            self.num_done += int(fin.size)
-            self.version += 1
-        self.clock_s = end
-        self.num_batches = j + 1
-        if self._next_arrival < self._num_queued:
-            self.admit_arrivals()
-        return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+            self._complete(fin, end)
 
 
     def apply_decode_run(self, idx: np.ndarray, num_steps: int) -> list[DecodeSegment]:
@@ -489,7 +516,8 @@ class ServingState:
         segment starts after each batch that completes a request).
         """
         m0 = self.m[idx]
-        if np.count_nonzero(self.status[idx] != RUNNING) or np.count_nonzero(m0 < self.inp[idx]):
+        # (the statuses as bytes: counted without a NumPy call)
+        if self.status[idx].tobytes().count(RUNNING) != idx.size or np.count_nonzero(m0 < self.inp[idx]):
             raise ScheduleError(self.num_batches, "decode-run",
                                 "a decode run may hold only running decode-phase requests")
         if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
@@ -499,7 +527,7 @@ class ServingState:
         nxt = self.next_arrival_s
         segments: list[DecodeSegment] = []
         while num_steps > 0:
-            first_done = int(left.min())
+            first_done = int(_min(left))
             steps = min(num_steps, first_done)            # the last of these may complete requests
             segment = self._decode_segment(idx, m0, steps, nxt)
             if segment is None:
@@ -562,7 +590,7 @@ class ServingState:
         """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV."""
         m = self.m
         self.completion_s[fin] = end_s
-        self.kv_used -= int(m[fin].sum())
+        self.kv_used -= int(_sum(m[fin]))
         if self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
         m[fin] = 0

@@ -48,6 +48,16 @@ DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, MIXED_GROUP = 0, 1, 2, 3
 _PHASE_OF = {DECODE_GROUP: DECODE, PREFILL_GROUP: PREFILL, WAITING_GROUP: PREFILL}
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.setflags(write=False)
+# the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
+# small arrays a batch decision handles
+_sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
+_ONES = np.ones(4096, dtype=np.int64)     # decode tokens, sliced (_ones)
+_ONES.setflags(write=False)
+
+
+def _ones(k: int) -> np.ndarray:
+    """``k`` ones (the tokens of ``k`` decodes), read-only: a slice of one array when it is long enough."""
+    return _ONES[:k] if k <= _ONES.size else np.ones(k, dtype=np.int64)
 
 
 class _Builder:
@@ -218,7 +228,7 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        mem_free = self._blocks - int(self._reserved(state, running).sum())
+        mem_free = self._blocks - int(_sum(self._reserved(state, running)))
         b = _Builder(self._C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
                      self._pins.start(state, running))
         for group, kind in self.group_requests(state):
@@ -259,8 +269,11 @@ class GetNextBatch(Scheduler):
           phase rule)."""
         if self._dynamic:
             return plan.idx[:0], 0    # the order may change from one batch to the next
-        changed = state.version != self._version
-        running, waiting = self._sets(state)[:2]
+        if self._fcfs and not state.num_waiting:   # every active request runs, in arrival (= priority) order
+            running, waiting, changed = state.active, _NONE, False
+        else:
+            changed = state.version != self._version
+            running, waiting = self._sets(state)[:2]
         n = running.size
         if not n or n > self._C:
             return running, 0
@@ -270,16 +283,16 @@ class GetNextBatch(Scheduler):
             if (changed or plan.evict.size or plan.idx.size != n or self._future_refusal
                     or np.count_nonzero(m <= inp)):     # (m == inp: a prefill completed in this batch)
                 return running, 0
-            running, horizon = plan.idx, int(left.min()) - 1      # (the same requests in the same order)
+            running, horizon = plan.idx, int(_min(left)) - 1      # (the same requests in the same order)
         elif np.count_nonzero(m < inp):
             return running, 0
         else:
-            horizon = int(left.min()) - 1 if self._pins.active else int(left.max())
+            horizon = int(_min(left)) - 1 if self._pins.active else int(_max(left))
         if not self._ef:
             if self._bs == 1:    # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
-                horizon = min(horizon, self._decode_steps(m, self._blocks - int(self._reserved(state, running).sum())))
+                horizon = min(horizon, self._decode_steps(m, self._blocks - int(_sum(self._reserved(state, running)))))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
@@ -327,9 +340,9 @@ class GetNextBatch(Scheduler):
             else:
                 k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
             if b.pins is not None:
-                k = self._pins.after(state, b, rest[:k], np.ones(k, dtype=np.int64))[0]
+                k = self._pins.after(state, b, rest[:k], _ones(k))[0]
             used = k * per if c_new is None else (int(c_new[k - 1]) if k else 0)
-            return rest, k, np.ones(k, dtype=np.int64), (k, 0, used, 0), DECODE
+            return rest, k, _ones(k), (k, 0, used, 0), DECODE
         if kind == PREFILL_GROUP or kind == WAITING_GROUP:
             inp = state.inp[rest]
             tok = inp if kind == WAITING_GROUP else inp - state.m[rest]

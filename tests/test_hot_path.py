@@ -1,0 +1,97 @@
+"""The simulator's hot path takes shortcuts (fused rule checks, Python-int sums, a decode batch written
+without its Batch, an active set filtered only after completions); each gives what the plain way gives."""
+import numpy as np
+import pytest
+
+from infermax import Batch, Limits, Schedule, ScheduleError, Workload, replay
+from infermax.costmodel import LinearCoefficients, LinearCostModel
+from infermax.engine import ReplicaRunner, _BatchList
+from infermax.schedule import ScheduleWriter
+from infermax.schedulers import get_scheduler
+from infermax.state import DONE, RUNNING, WAITING, ServingState
+from infermax.trace import TraceRecorder
+
+from factories import make_workload
+
+
+@pytest.mark.parametrize("ids,tokens,rule,who", [
+    ([0, 1, 0], [2, 2, 2], "duplicate", 0),            # a repeat that is not next to its first
+    ([1, 2, 0, 2], [2, 2, 2, 1], "duplicate", 2),
+    ([0, 1], [2, 0], "tokens", 1),
+])
+def test_fused_request_checks_name_the_rule_and_request(ids, tokens, rule, who):
+    with pytest.raises(ScheduleError) as err:
+        replay(Schedule((Batch(ids=ids, tokens=tokens),)), make_workload([(2, 2)] * 3), Limits(M=100, C=16))
+    assert err.value.rule == rule and err.value.request_id == who
+
+
+def test_a_finished_request_is_named_by_the_byte_counted_status_check():
+    """A finished request in a later batch is named, as before the statuses were counted from their bytes."""
+    w = make_workload([(2, 2), (2, 3)])
+    s = Schedule((Batch(ids=[0, 1], tokens=[2, 2]), Batch(ids=[0, 1], tokens=[1, 1]), Batch(ids=[0, 1], tokens=[1, 1])))
+    with pytest.raises(ScheduleError, match=r"batch 2, request 0: \[finished\] request is finished"):
+        replay(s, w, Limits(M=100, C=16))
+
+
+@pytest.mark.parametrize("coefficients", [LinearCoefficients(),
+                                          LinearCoefficients(prefill_token_s=1e-6, request_s=2e-5)])
+def test_one_prefill_among_decodes_costs_what_the_array_formula_gives(coefficients):
+    """Integer inputs with one prefill take Python-int sums; float inputs take the array path: the same time."""
+    cost = LinearCostModel(coefficients)
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n = int(rng.integers(1, 80))
+        kv = rng.integers(0, 20_000, n)
+        dec = np.ones(n, dtype=bool)
+        dec[rng.integers(0, n)] = rng.random() < 0.1   # one prefill (or none)
+        tok = np.where(dec, 1, rng.integers(1, 2048, n))
+        assert cost.batch_time(tok, kv, dec) == cost.batch_time(tok.astype(float), kv.astype(float), dec)
+
+
+def test_a_decode_batch_is_written_as_its_batch(tmp_path):
+    ids = np.array([5, 12, 7], dtype=np.int64)
+    with ScheduleWriter(tmp_path / "a.json", {"x": 1}) as a, ScheduleWriter(tmp_path / "b.json", {"x": 1}) as b:
+        for repeat in (1, 3, 0, 2):
+            a.add_decode(ids, repeat)
+            b.add(Batch(ids=ids, tokens=np.ones(3, dtype=np.int64)), repeat)
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    assert len(Schedule.from_json(tmp_path / "a.json")) == 6
+
+
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi"])
+def test_the_active_set_is_the_arrived_unfinished_requests_after_every_batch(scheduler):
+    """``ServingState.active`` skips its DONE filter when nothing finished since it was built."""
+    w = Workload.from_spec("fixed:I=40,O=30,B=60,rate=40")
+    lim = Limits(M=600, C=256)
+    sched = get_scheduler(scheduler)
+    state = ServingState(w, lim, LinearCostModel())
+    sched.reset(state)
+    runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), w.ids)
+    checks = 0
+    while not state.is_finished:
+        if not runner.step():
+            runner.wait_until(state.next_arrival_s)
+        st = state.status[state.arrival_order]
+        expect = state.arrival_order[(st == WAITING) | (st == RUNNING)]
+        assert np.array_equal(state.active, expect)
+        assert not np.count_nonzero(state.status[state.active] == DONE)
+        checks += 1
+    assert checks > 50
+
+
+def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
+    """The writer reuses the last batch's ids text for the same ids or their tail; any other ids are formatted."""
+    def decode(*ids):
+        return Batch(ids=list(ids), tokens=[1] * len(ids)), True
+    batches = [decode(3, 10, 7, 12), decode(3, 10, 7, 12),
+               (Batch(ids=[3, 10, 7, 12], tokens=[2, 1, 1, 1], evict=[9], not_before_s=1.5), False),
+               decode(7, 12), decode(12), decode(12, 5), decode(5), (Batch(ids=[], tokens=[]), False),
+               decode(40, 5), decode(5), decode(5, 5), decode(-5)]
+    with ScheduleWriter(tmp_path / "s.json", {}) as w:
+        for b, is_decode in batches:
+            if is_decode:
+                w.add_decode(b.ids, 2)
+            else:
+                w.add(b, 2)
+    expect = Schedule(tuple(b for b, _ in batches for _ in range(2)), {})
+    assert (tmp_path / "s.json").read_text() == expect.to_json()
