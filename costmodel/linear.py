@@ -39,7 +39,9 @@ from __future__ import annotations
 
 import json
 import math
+from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -247,6 +249,36 @@ class LinearCostModel(CostModel):
             return np.array([base + (d_bias + d_kv * kv) for kv in range(first, first + n * num_steps, n)])
         kv_sum = np.arange(first, first + n * num_steps, n, dtype=np.int64)
         return base + (d_bias + d_kv * kv_sum.astype(np.float64))
+
+    def decode_run_starts(self, kv_before: np.ndarray, num_steps: int, start_s: float,
+                          stop_s: float | None) -> tuple[list[float], list[float]]:
+        """The batches of :meth:`decode_run_times` run back to back from ``start_s`` up to the first that
+        would start at or after ``stop_s`` (None: all ``num_steps``): (their durations, their starts and
+        then the end of the last). The same floats as those durations summed one after another, computed
+        only for the batches that run (the simulator's fast path usually stops at the next arrival)."""
+        cls = type(self)
+        if (cls.batch_time is not LinearCostModel.batch_time
+                or cls.decode_run_times is not LinearCostModel.decode_run_times):   # not the closed form
+            durations = self.decode_run_times(kv_before, num_steps).tolist()
+            starts = list(accumulate(durations, initial=start_s))
+            if stop_s is not None:
+                num_steps = min(num_steps, bisect_left(starts, stop_s, 0, num_steps))
+            return durations[:num_steps], starts[:num_steps + 1]
+        lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
+        n = int(kv_before.size)
+        base = max([a + b * float(n) for a, b in lines]) + req * float(n)
+        kv = int(_sum(kv_before)) + n                   # KV read by the first batch, as decode_run_times
+        stop = math.inf if stop_s is None else stop_s
+        durations, starts, t = [], [start_s], start_s
+        for _ in range(num_steps):
+            if t >= stop:
+                break
+            d = base + (d_bias + d_kv * kv)             # decode_run_times' expression
+            t += d
+            durations.append(d)
+            starts.append(t)
+            kv += n
+        return durations, starts
 
     def describe(self) -> dict[str, Any]:
         out = {"name": self.name, "kind": "linear", "formula": FORMULA, "coefficients": self.coefficients.to_dict()}

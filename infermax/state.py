@@ -41,6 +41,10 @@ FUTURE, WAITING, RUNNING, DONE = (int(s) for s in (Status.FUTURE, Status.WAITING
 # the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
 # small arrays of the hot paths (the same reduction, so the same results)
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
+# the is_decode of a batch of one request, read-only (ServingState._apply_one)
+_ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+_ONE_DECODE.setflags(write=False)
+_ONE_PREFILL.setflags(write=False)
 
 
 class ScheduleError(ValueError):
@@ -141,7 +145,7 @@ class ServingState:
         self.num_evictions = np.zeros(n, dtype=np.int64)
         self.refill_tokens = np.zeros(n, dtype=np.int64)   # KV discarded by evictions, recomputed later
         self.num_suspensions = np.zeros(n, dtype=np.int64)  # a started (re)fill paused for >= 1 batch
-        self._last_batch = np.full(n, -2, dtype=np.int64)
+        self._last_batch = np.full(n, -2, dtype=np.int64)   # a (re)filling request's last batch (suspensions)
         # the cluster layer (infermax.cluster): KV this replica holds for work it does not schedule itself
         # (a gang's share of a long request, a suspended prefill's saved state) counts against M; requests
         # may arrive holding KV (``receive``: a migrated decode) or leave after their first token
@@ -353,6 +357,8 @@ class ServingState:
             st = self.status[idx] if n else None
         if n == 0:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
+        if n == 1 and extra is None:
+            return self._apply_one(j, idx, tokens, int(st[0]), start, num_ev)
         # 2. who may run, and how many tokens
         num_new = self._check_requests(j, idx, tokens, st)
         m0 = self.m[idx]
@@ -383,7 +389,8 @@ class ServingState:
         end = start + duration
         # 5. commit progress
         if num_new:
-            new_idx = idx[st == WAITING]
+            # (one, mostly: its index alone, found in the statuses' bytes, costs less than an index array)
+            new_idx = idx[st.tobytes().index(WAITING)] if num_new == 1 else idx[st == WAITING]
             self.status[new_idx] = RUNNING
             # the first time: NaN until now (fmin ignores NaN; an earlier time is never later than start)
             self.first_scheduled_s[new_idx] = np.fmin(self.first_scheduled_s[new_idx], start)
@@ -391,13 +398,72 @@ class ServingState:
         self.m[idx] = m1
         self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
         self.prefill_tokens_left -= num_prefill_tokens
-        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode == n, end)
+        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode, end)
         self._last_batch[idx] = j
         self.clock_s = end
         self.num_batches = j + 1
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+
+    def _apply_one(self, j: int, idx: np.ndarray, tokens: np.ndarray, status: int, start: float,
+                   num_ev: int) -> tuple[float, float, BatchRecord]:
+        """``apply``, steps 2-5, for a batch of one request ``idx[0]`` (status ``status``) starting at
+        ``start``: most batches of a prefill-first scheduler admit one new request. The same checks in
+        the same order, the same errors and the same commits as for any batch, on Python ints rather
+        than one-element arrays (each NumPy call costs more than the arithmetic it does here)."""
+        i, c = int(idx[0]), int(tokens[0])
+        ids = self.workload.ids
+        if status != WAITING and status != RUNNING:
+            done = status == DONE
+            raise ScheduleError(j, "finished" if done else "arrival",
+                                "request is finished" if done else "request has not arrived", int(ids[i]))
+        if c < 1:
+            raise ScheduleError(j, "tokens", f"c = {c} < 1", int(ids[i]))
+        m0, inp0 = int(self.m[i]), int(self.inp[i])
+        decode = m0 >= inp0
+        m1 = m0 + c
+        if m1 > max(inp0, m0 + 1):
+            if decode:
+                raise ScheduleError(j, "decode-chunk", f"decode phase processes exactly 1 token, got c = {c}",
+                                    int(ids[i]))
+            raise ScheduleError(j, "prefill-chunk", f"chunk c = {c} exceeds the {inp0 - m0} input tokens left",
+                                int(ids[i]))
+        new = status == WAITING
+        num_prefill_tokens = 0 if decode else c
+        kv, running = self.kv_used + c, self.num_running + new
+        m0_arr = self.m[idx]
+        blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens)
+        duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
+        end = start + duration
+        if new:
+            self.status[i] = RUNNING
+            if not self.first_scheduled_s[i] <= start:     # NaN (the first time) or later: fmin, as apply
+                self.first_scheduled_s[i] = start
+            self.version += 1
+        self.m[i] = m1
+        self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
+        self.prefill_tokens_left -= num_prefill_tokens
+        if not decode and m0 and self._last_batch[i] < j - 1:   # a (re)fill resumed after a pause
+            self.num_suspensions[i] += 1
+        if m1 >= inp0:      # a token: a decode, or a (re)fill that reaches its input
+            g = int(self.gen[i]) + 1
+            self.gen[i] = g
+            if g == 1 and not decode:
+                self.first_token_s[i] = end
+            self.decode_tokens_left -= 1
+            if g == int(self.output_lens[i] if self._stop is None else self._stop[i]):
+                if self._stop is not None:
+                    if g < int(self.output_lens[i]):
+                        self.handoffs.append(i)
+                    self.decode_tokens_left -= int(self.output_lens[i]) - g     # left elsewhere
+                self._complete(idx, end)
+        self._last_batch[i] = j
+        self.clock_s = end
+        self.num_batches = j + 1
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return start, duration, BatchRecord(1, c, num_prefill_tokens, int(decode), kv, running, num_ev)
 
     def _evict(self, j: int, evict: np.ndarray) -> None:
         """Batch ``j``'s evictions (``apply``, step 1): drop the KV of the running requests ``evict``."""
@@ -474,14 +540,25 @@ class ServingState:
         return blocks
 
     def _generate(self, j: int, idx: np.ndarray, m0: np.ndarray, inp0: np.ndarray, m1: np.ndarray,
-                  is_decode: np.ndarray, all_decode: bool, end: float) -> None:
-        """Batch ``j`` (ending at ``end``) moved requests ``idx`` from ``m0`` to ``m1`` KV tokens: count the
-        tokens generated, suspensions and first tokens, and free the KV of the requests it completes."""
+                  is_decode: np.ndarray, num_decode: int, end: float) -> None:
+        """Batch ``j`` (ending at ``end``) moved requests ``idx`` (``num_decode`` of them decoding) from ``m0``
+        to ``m1`` KV tokens: count the tokens generated, suspensions and first tokens, and free the KV of the
+        requests it completes."""
         gen = self.gen
-        if all_decode:   # each generates a token, none its first (a decode follows one)
+        if num_decode == idx.size:   # each generates a token, none its first (a decode follows one)
             g_idx = idx
             g = gen[g_idx] + 1
             gen[g_idx] = g
+        elif num_decode == idx.size - 1:   # one (re)fill among decodes (a hybrid batch): it alone in Python ints
+            k = int(is_decode.argmin())
+            i = int(idx[k])
+            if m0[k] and self._last_batch[i] < j - 1:     # a (re)fill that skipped a batch was suspended
+                self.num_suspensions[i] += 1
+            g_idx = idx if m1[k] >= inp0[k] else idx[is_decode]   # (the decodes generate, and it if it ends)
+            g = gen[g_idx] + 1
+            gen[g_idx] = g
+            if g_idx is idx and gen[i] == 1:      # (a decode never generates its first token)
+                self.first_token_s[i] = end
         else:
             pf = ~is_decode
             if np.count_nonzero(m0[pf]):   # a (re)fill that skipped at least one batch was suspended (preempted)
@@ -554,10 +631,8 @@ class ServingState:
         before the last, stopping before the first that would start at or after ``next_arrival_s``."""
         j = self.num_batches
         n = int(idx.size)
-        durations = self.cost.decode_run_times(m0, num_steps).tolist()
-        starts = list(accumulate(durations, initial=self.clock_s))   # one addition after another, as apply
-        if next_arrival_s is not None:
-            num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
+        durations, starts = self._run_starts(m0, num_steps, next_arrival_s)
+        num_steps = len(durations)
         if num_steps <= 0:
             return None
         kv = range(self.kv_used + n, self.kv_used + n * num_steps + 1, n)   # held during each batch
@@ -580,11 +655,27 @@ class ServingState:
         self.m[idx] = m0 + num_steps
         self.gen[idx] += num_steps
         self.decode_tokens_left -= n * num_steps
-        self._last_batch[idx] = j + num_steps - 1
+        # (``_last_batch`` is not kept here: it is read only for a (re)fill, and a decoding request starts
+        # one only after an eviction, from m = 0, its first batch setting it before any read)
         self.kv_used = kv[-1]
         self.clock_s = starts[num_steps]
         self.num_batches = j + num_steps
-        return DecodeSegment(idx, num_steps, starts[:num_steps], durations[:num_steps], kv, self.num_running)
+        return DecodeSegment(idx, num_steps, starts[:num_steps], durations, kv, self.num_running)
+
+    def _run_starts(self, m0: np.ndarray, num_steps: int, next_arrival_s: float | None
+                    ) -> tuple[list[float], list[float]]:
+        """The durations of up to ``num_steps`` decode batches of requests holding ``m0`` from the clock on,
+        stopping before the first that would start at or after ``next_arrival_s``, and their starts followed
+        by the end of the last: the cost model's ``decode_run_starts`` when it has one (it computes only
+        the batches that run), else its ``decode_run_times`` cut here."""
+        starts_of = getattr(self.cost, "decode_run_starts", None)
+        if starts_of is not None:
+            return starts_of(m0, num_steps, self.clock_s, next_arrival_s)
+        durations = self.cost.decode_run_times(m0, num_steps).tolist()
+        starts = list(accumulate(durations, initial=self.clock_s))   # one addition after another, as apply
+        if next_arrival_s is not None:
+            num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
+        return durations[:num_steps], starts[:num_steps + 1]
 
     def _complete(self, fin: np.ndarray, end_s: float) -> None:
         """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV."""

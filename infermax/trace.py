@@ -96,9 +96,11 @@ class TraceRecorder:
         """The batches of a fast-forwarded decode run (:meth:`ServingState.apply_decode_run`)."""
         self._starts.extend(segment.starts_s)
         self._durations.extend(segment.durations_s)
-        n, running, records = int(segment.idx.size), segment.num_running, self._records
-        for kv in segment.kv_tokens:
-            records.extend((n, n, 0, n, kv, running, 0))    # a BatchRecord's fields, in order (hot loop)
+        n = int(segment.idx.size)
+        # a BatchRecord's fields, in order, per batch: all the same but kv_tokens (field 4), filled in after
+        records = [n, n, 0, n, 0, segment.num_running, 0] * segment.num_batches
+        records[4::7] = segment.kv_tokens
+        self._records.extend(records)
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
 

@@ -95,3 +95,66 @@ def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
                 w.add(b, 2)
     expect = Schedule(tuple(b for b, _ in batches for _ in range(2)), {})
     assert (tmp_path / "s.json").read_text() == expect.to_json()
+
+
+_STATE_ARRAYS = ("m", "inp", "gen", "status", "first_scheduled_s", "first_token_s", "completion_s", "num_evictions",
+                 "refill_tokens", "num_suspensions", "_last_batch")
+_STATE_VALUES = ("kv_used", "blocks_used", "num_running", "num_done", "num_batches", "clock_s", "version",
+                 "prefill_tokens_left", "decode_tokens_left")
+
+
+@pytest.mark.parametrize("block_size", [1, 4])
+def test_a_batch_of_one_request_is_judged_and_committed_as_any_batch(block_size):
+    """``apply`` takes batches of one request in Python ints; with an (empty) ``extra`` it takes the array
+    path: the same results, the same errors and the same state after random valid and invalid batches."""
+    rng = np.random.default_rng(7)
+    w = make_workload([(int(rng.integers(1, 10)), int(rng.integers(1, 7))) for _ in range(12)],
+                      arrivals=sorted(rng.uniform(0, 0.05, 12).tolist()))
+    lim = Limits(M=16, C=9, P=7, R_max=4, block_size=block_size)
+    one, arrays = ServingState(w, lim, LinearCostModel()), ServingState(w, lim, LinearCostModel())
+    empty = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
+    errors = set()
+    for _ in range(600):
+        i = int(rng.integers(0, 12))
+        left = int(one.inp[i] - one.m[i])
+        c = int(rng.choice([0, 1, 1, 2, max(left, 1), left + 1, int(rng.integers(1, 12))]))
+        running = np.flatnonzero(one.status == RUNNING)
+        evict = running[:1] if running.size and rng.random() < 0.1 else np.zeros(0, dtype=np.int64)
+        idx, tokens = np.array([i]), np.array([c])
+        outcomes = []
+        for state, extra in ((one, None), (arrays, empty)):
+            try:
+                outcomes.append(state.apply(idx, tokens, evict.copy(), 0.0, extra))
+            except ScheduleError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        if isinstance(outcomes[0], str):
+            errors.add(outcomes[0].split("[")[1].split("]")[0])
+        for name in _STATE_ARRAYS:
+            assert np.array_equal(getattr(one, name), getattr(arrays, name), equal_nan=True), name
+        assert [getattr(one, k) for k in _STATE_VALUES] == [getattr(arrays, k) for k in _STATE_VALUES]
+        if one.is_finished:
+            break
+    assert {"finished", "tokens", "decode-chunk", "prefill-chunk", "P"} <= errors and errors & {"M", "M-blocks"}
+
+
+class _StepByStep(LinearCostModel):
+    def batch_time(self, tokens, kv_before, is_decode):      # the same times, not the closed form's code
+        return LinearCostModel.batch_time(self, tokens, kv_before, is_decode)
+
+
+@pytest.mark.parametrize("cost", [LinearCostModel(), LinearCostModel(LinearCoefficients(request_s=2e-5)),
+                                  _StepByStep()])
+def test_decode_run_starts_are_the_decode_run_times_added_up_to_the_stop(cost):
+    from bisect import bisect_left
+    from itertools import accumulate
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        kv = rng.integers(0, 5000, int(rng.integers(1, 60)))
+        steps = int(rng.integers(1, 80))
+        start = float(rng.uniform(0, 100))
+        times = cost.decode_run_times(kv, steps).tolist()
+        starts = list(accumulate(times, initial=start))
+        stop = None if rng.random() < 0.2 else float(start + rng.uniform(-0.01, sum(times) * 1.2))
+        k = steps if stop is None else bisect_left(starts, stop, 0, steps)
+        assert cost.decode_run_starts(kv, steps, start, stop) == (times[:k], starts[:k + 1])
