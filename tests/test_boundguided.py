@@ -101,9 +101,24 @@ def test_bad_options_are_refused(spec, message):
 def test_options_reach_the_policy():
     assert get_scheduler("bound-ttft:prefill_budget=256,co_batch=true").describe() == {
         "name": "bound-ttft", "objective": "ttft", "co_batch": True, "prefill_budget": 256,
-        "eviction_free": False, "R_max": None}
+        "eviction_free": False, "R_max": None, "decode_slowdown": 4.0}
+    assert get_scheduler("bound-ttft:decode_slowdown=none").describe()["decode_slowdown"] is None
     from infermax.schedulers.boundguided import BoundGuided
+    with pytest.raises(ValueError, match="decode_slowdown"):
+        BoundGuided(objective="ttft", decode_slowdown=0.5)
     with pytest.raises(ValueError, match="objective"):
         BoundGuided(objective="tpot")
     with pytest.raises(ValueError, match="eviction_free"):
         BoundGuided(objective="ttft", eviction_free=True)
+
+
+def test_decode_batches_stay_short_while_no_prompt_waits():
+    """bound-ttft: a batch without a first-token fill takes no more decodes than keep its estimated time
+    within decode_slowdown times one decode's; uncapped, it takes every running decode."""
+    from infermax import Limits, Workload, simulate
+    w = Workload.from_spec("fixed:I=16,O=4,B=1500")
+    lim = Limits(M=100_000, C=4096)
+    capped = simulate(w, "bound-ttft", lim).schedule.batches
+    free = simulate(w, "bound-ttft:decode_slowdown=none", lim).schedule.batches
+    decode_only = [len(b) for b in capped if int(b.tokens.max()) == 1]
+    assert decode_only and max(decode_only) < 1500 and max(len(b) for b in free) == 1500
