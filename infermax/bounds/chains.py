@@ -23,8 +23,8 @@ min_l D_l from a few of its supporting lines — and Σ_{l <= k} w_l >= S_k (the
     Σ_k X(J_k) >= Σ_k S_k + min over J_i >= n_i of [ r Σ_i J_i + Σ_{k < l} g(J_l - J_k) ].
 
 **The minimum, relaxed.** g(d) = Σ_j a_j (n_j - d)⁺ with a_j >= 0 (its second differences), and each
-tent (n - |J - J'|)⁺ = Σ_t 1[J, J' in [t, t + n)] is the kernel of window counts, so with ρ_J the
-number of requests finishing in batch J and W_jt = Σ_{J in [t, t + n_j)} ρ_J,
+tent (n - |J - J'|)⁺ = Σ_t 1[J, J' in [t, t + n)] is the kernel of window counts, so with ν_J the
+number of requests finishing in batch J and W_jt = Σ_{J in [t, t + n_j)} ν_J,
 
     Σ_{k<l} g(J_l - J_k) = ½ Σ_j a_j Σ_t W_jt² - ½ N g(0)
 
@@ -34,7 +34,7 @@ every λ, so for ANY multipliers λ_jt (weak duality; no solver accuracy is trus
     min [...] >= Σ_i min_{J >= n_i} φ(J) - ½ Σ_jt a_j λ_jt² - ½ N g(0),
     φ(J) = r·J + Σ_j a_j Σ_{t in (J - n_j, J]} λ_jt.
 
-λ = W of a near-optimal ρ of the convex relaxation (ρ >= 0, Σ ρ = N; accelerated projected
+λ = W of a near-optimal ν of the convex relaxation (ν >= 0, Σ ν = N; accelerated projected
 gradient), where it is tight. The mean e2e is the total over N (all requests arrive at T_min).
 Each line and split gives a valid bound; the best is kept. Online arrivals: not applicable.
 """
@@ -141,20 +141,20 @@ def _tent_values(tents: list[tuple[float, int]], size: int) -> np.ndarray:
     return sum((c * np.maximum(k - d, 0.0) for c, k in tents), np.zeros(size))
 
 
-def _window_sums(rho: np.ndarray, n: int) -> np.ndarray:
-    """W_t = Σ_{J in [t, t + n)} ρ_J for t = -(n - 1) .. size - 1."""
-    cs = np.concatenate(([0.0], np.cumsum(rho)))
-    t = np.arange(-(n - 1), rho.size)
-    return cs[np.minimum(t + n, rho.size)] - cs[np.maximum(t, 0)]
+def _window_sums(nu: np.ndarray, n: int) -> np.ndarray:
+    """W_t = Σ_{J in [t, t + n)} ν_J for t = -(n - 1) .. size - 1."""
+    cs = np.concatenate(([0.0], np.cumsum(nu)))
+    t = np.arange(-(n - 1), nu.size)
+    return cs[np.minimum(t + n, nu.size)] - cs[np.maximum(t, 0)]
 
 
-def _kernel(rho: np.ndarray, tents: list[tuple[float, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
-    """(K·ρ = Σ_j a_j Σ_{t in (J - n_j, J]} W_jt per J — the gradient of ½ρᵀKρ, and φ's λ-term with
-    λ = W — and the window sums W_jt of ``rho``)."""
-    out, windows = np.zeros(rho.size), []
-    J = np.arange(rho.size)
+def _kernel(nu: np.ndarray, tents: list[tuple[float, int]]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(K·ν = Σ_j a_j Σ_{t in (J - n_j, J]} W_jt per J — the gradient of ½νᵀKν, and φ's λ-term with
+    λ = W — and the window sums W_jt of ``nu``)."""
+    out, windows = np.zeros(nu.size), []
+    J = np.arange(nu.size)
     for c, k in tents:
-        W = _window_sums(rho, k)
+        W = _window_sums(nu, k)
         windows.append(W)
         cw = np.concatenate(([0.0], np.cumsum(W)))
         out += c * (cw[J + k] - cw[J])
@@ -208,14 +208,14 @@ def _spread_bound(n: np.ndarray, r: float, tents: list[tuple[float, int]], stop_
     return best
 
 
-def _values(rho: np.ndarray, n: np.ndarray, r: float, tents: list[tuple[float, int]], J: np.ndarray,
+def _values(nu: np.ndarray, n: np.ndarray, r: float, tents: list[tuple[float, int]], J: np.ndarray,
             g0: float) -> tuple[float, float]:
-    """(the weak-duality bound with λ = the window sums of ``rho``, valid for any ``rho``; the
-    relaxation's objective at ``rho``, J >= min n_i for all)."""
-    spread, windows = _kernel(rho, tents)
+    """(the weak-duality bound with λ = the window sums of ``nu``, valid for any ``nu``; the
+    relaxation's objective at ``nu``, J >= min n_i for all)."""
+    spread, windows = _kernel(nu, tents)
     phi = r * J + spread
     suffix_min = np.minimum.accumulate(phi[::-1])[::-1]        # min over J' >= J (φ grows past the array)
     quad = sum(c * float(W @ W) for (c, _), W in zip(tents, windows))
     dual = float(suffix_min[n].sum()) - 0.5 * quad - 0.5 * n.size * g0
-    primal = float(r * (J @ rho)) + 0.5 * quad - 0.5 * n.size * g0
+    primal = float(r * (J @ nu)) + 0.5 * quad - 0.5 * n.size * g0
     return dual, primal
