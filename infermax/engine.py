@@ -14,7 +14,8 @@ import numpy as np
 
 from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
-from .state import DONE, WAITING, ServingState, StateView
+from .state import DONE, WAITING, ServingState
+from .state_view import StateView
 from .trace import Trace, TraceRecorder
 from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
@@ -115,7 +116,7 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     memory — for traces of millions of requests; the result's ``schedule`` is then
     None (its meta is taken before the run, not after). The trace and metrics are
     the same either way.
-    ``read_only_state``: the scheduler sees the state through a :class:`~infermax.state.StateView`
+    ``read_only_state``: the scheduler sees the state through a :class:`~infermax.state_view.StateView`
     (read-only arrays, no transitions), so a scheduler that writes to it fails naming what it touched;
     the same schedule otherwise, slower (the test suite runs every registered scheduler so).
     """

@@ -14,30 +14,25 @@ request completes and frees its KV.
 
 KV capacity: Σ m <= M (rule ``M``); with ``Limits.block_size`` > 1 a request also
 takes whole blocks, Σ ceil(m / block_size) <= M // block_size (rule ``M-blocks``).
+
+Beside it: the request statuses (`status`), what the cluster engine uses to bring requests to a replica
+and take them away (`replica_inbox`, inherited), and the read-only view a scheduler may be handed
+(`state_view`).
 """
 from __future__ import annotations
 
 from bisect import bisect_left
-from enum import IntEnum
 from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
 
 from .costmodel import CostModel
+from .replica_inbox import ReplicaInbox
+from .status import DONE, FUTURE, RUNNING, WAITING, Status
 from .types import Limits, Workload
 
-class Status(IntEnum):
-    """A request's state in ``ServingState.status`` (an int8 array: compare with these names)."""
 
-    FUTURE = 0       # not arrived (or not dispatched here)
-    WAITING = 1      # arrived, holds no KV
-    RUNNING = 2      # holds KV
-    DONE = 3         # finished, its KV freed
-
-
-# plain ints for the hot paths: NumPy compares an int8 array with an IntEnum member ~4x slower than with an int
-FUTURE, WAITING, RUNNING, DONE = (int(s) for s in (Status.FUTURE, Status.WAITING, Status.RUNNING, Status.DONE))
 # the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
 # small arrays of the hot paths (the same reduction, so the same results)
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
@@ -82,7 +77,7 @@ class DecodeSegment(NamedTuple):
     num_running: int
 
 
-class ServingState:
+class ServingState(ReplicaInbox):
     """KV and progress state of every request of a workload, plus the clock.
 
     Arrays are indexed by request index (position in the workload). ``status``
@@ -242,90 +237,9 @@ class ServingState:
         self.clock_s = max(self.clock_s, time_s)
         self.admit_arrivals()
 
-    def dispatch(self, i: int, time_s: float) -> None:
-        """(``dispatched=True`` only) Request ``i`` reaches this replica at ``time_s``.
-
-        Dispatches come in time order (the cluster engine's events); a request is
-        dispatched once. It is admitted at once if the clock has reached ``time_s``.
-        """
-        self._queue(i, time_s)
-
-    def receive(self, i: int, time_s: float, kv_tokens: int, generated: int) -> None:
-        """(``dispatched=True`` only) Request ``i`` arrives at ``time_s`` holding ``kv_tokens`` of KV with
-        ``generated`` tokens already produced elsewhere (a decode migrated after a disaggregated prefill).
-
-        At admission it is RUNNING in decode phase if its KV fits (M, block M, R_max) next to what
-        this replica holds; otherwise the KV is dropped on arrival and the request waits to recompute
-        it like an evicted one (counted in ``num_evictions`` and ``refill_tokens``).
-        """
-        if not 1 <= generated < int(self.output_lens[i]) or kv_tokens != int(self.input_lens[i]) + generated - 1:
-            raise ValueError(f"request {int(self.workload.ids[i])} received with {kv_tokens} KV tokens and "
-                             f"{generated} generated: needs 1 <= generated < output_len = "
-                             f"{int(self.output_lens[i])} and KV = input_len + generated - 1")
-        self._received[int(i)] = (int(kv_tokens), int(generated))
-        self._queue(i, time_s)
-
-    def hand_off(self, i: int) -> None:
-        """Request ``i`` leaves this replica after its first token (prefill here, decode elsewhere)."""
-        if self._stop is None:
-            self._stop = self.output_lens.copy()
-        self._stop[i] = min(1, int(self.output_lens[i]))
-
-    def _take_kv(self, i: int) -> None:
-        got = self._received.pop(i, None)
-        if got is None:
-            return
-        kv, gen = got
-        lim = self.limits
-        left = int(self.inp[i]) - int(self.m[i])    # (it holds no KV yet)
-        self.decode_tokens_left -= gen - int(self.gen[i])
-        self.gen[i] = gen
-        fits = (self.kv_used + self.external_kv + kv <= lim.M and self.num_running < lim.max_running
-                and (self._block == 1 or self.blocks_used + int(lim.kv_blocks(kv)) + self._external_blocks()
-                     <= lim.num_blocks))
-        if fits:
-            self.m[i] = kv
-            self.status[i] = RUNNING
-            self.kv_used += kv
-            if self._block > 1:
-                self.blocks_used += int(lim.kv_blocks(kv))
-            self.num_running += 1
-        else:                        # no room: the KV is dropped, the request recomputes it (an eviction)
-            self.inp[i] = kv + 1
-            self.num_evictions[i] += 1
-            self.refill_tokens[i] += kv
-        self.prefill_tokens_left += max(int(self.inp[i]) - int(self.m[i]), 0) - left
-
     def _external_blocks(self) -> int:
         """Blocks of the KV held for work scheduled elsewhere (rounded on its own, as ``apply`` counts it)."""
         return int(self.limits.kv_blocks(self.external_kv)) if self.external_kv and self._block > 1 else 0
-
-    def _queue(self, i: int, time_s: float) -> None:
-        if not self._dispatched:
-            raise RuntimeError("dispatch() is for a ServingState made with dispatched=True")
-        if self.status[i] != FUTURE or np.isfinite(self._admit_s[i]):
-            raise ValueError(f"request {int(self.workload.ids[i])} is dispatched twice to the same replica")
-        k = self._num_queued
-        if k and time_s < self._admit_s[self._arrival_order[k - 1]]:
-            raise ValueError(f"dispatch of request {int(self.workload.ids[i])} at {time_s!r} s is earlier than the "
-                             f"previous dispatch ({float(self._admit_s[self._arrival_order[k - 1]])!r} s)")
-        self._admit_s[i] = time_s
-        self._arrival_order[k] = i
-        self._num_queued = k + 1
-        self.prefill_tokens_left += max(int(self.inp[i]) - int(self.m[i]), 0)
-        self.decode_tokens_left += int(self.output_lens[i]) - int(self.gen[i])
-        if time_s <= self.clock_s:
-            self.admit_arrivals()
-
-    @property
-    def pending(self) -> np.ndarray:
-        """Requests dispatched (or arriving) but not yet admitted, in admission order."""
-        return self._arrival_order[self._next_arrival:self._num_queued]
-
-    @property
-    def has_work(self) -> bool:
-        """Requests dispatched here and not finished (admitted or not yet)."""
-        return self.num_done < self._num_queued
 
     # --- the transition -------------------------------------------------------
     def apply(self, idx: np.ndarray, tokens: np.ndarray, evict: np.ndarray,
@@ -713,36 +627,5 @@ class ServingState:
 _STATUS = {FUTURE: "not arrived", WAITING: "waiting", RUNNING: "running", DONE: "finished"}
 
 
-class StateView:
-    """A :class:`ServingState` as a scheduler may see it: every attribute readable, nothing writable.
-
-    Arrays come back as read-only views (writing one raises NumPy's ``ValueError: assignment destination
-    is read-only``), setting an attribute raises, and the transitions (:data:`TRANSITIONS`) are not there:
-    only the engine moves the state. ``simulate(..., read_only_state=True)`` hands every scheduler this view
-    (the test suite runs every registered scheduler so); the default hands the state itself, because a
-    view costs an attribute lookup per read on the simulator's hot path.
-    """
-
-    __slots__ = ("_state",)
-    #: what changes a ServingState: the engine's alone
-    TRANSITIONS = frozenset({"apply", "apply_decode_run", "advance_clock", "admit_arrivals", "dispatch", "receive",
-                             "hand_off", "_take_kv", "_queue", "_complete", "_decode_segment"})
-
-    def __init__(self, state: ServingState) -> None:
-        object.__setattr__(self, "_state", state)
-
-    def __getattr__(self, name: str):
-        if name in StateView.TRANSITIONS:
-            raise AttributeError(f"a scheduler may not call ServingState.{name}: the state is read-only to "
-                                 f"schedulers (the engine applies the Plan a scheduler returns)")
-        value = getattr(self._state, name)
-        if isinstance(value, np.ndarray) and value.flags.writeable:
-            value = value.view()
-            value.flags.writeable = False
-        return value
-
-    def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(f"a scheduler may not set ServingState.{name}: the state is read-only to schedulers")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"a scheduler may not delete ServingState.{name}: the state is read-only to schedulers")
+__all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "RUNNING", "ScheduleError", "ServingState", "Status",
+           "WAITING"]

@@ -1,5 +1,5 @@
 """Schedulers only read the ServingState (issue 22 item 5): every registered scheduler, handed a
-:class:`~infermax.state.StateView`, plans the same schedule; one that writes, or calls a transition, fails
+:class:`~infermax.state_view.StateView`, plans the same schedule; one that writes, or calls a transition, fails
 naming what it touched."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 
 from infermax import Workload, simulate
 from infermax.schedulers import Plan, Scheduler
-from infermax.state import ServingState, StateView
+from infermax.state import ServingState
+from infermax.state_view import StateView
 
 from factories import ALL_SCHEDULERS
 
