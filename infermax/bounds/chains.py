@@ -47,7 +47,7 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .order import _lines, path_costs
+from .order import _lines, path_costs, path_works
 
 #: (ρ, which limit carries the rest of the per-batch time: None = none) tried per line
 SPLITS = ((1.0, None), (0.75, 0), (0.75, 1))
@@ -95,14 +95,13 @@ def _done_profiles(co: LinearCoefficients, limits: Limits, per_token_s: float, m
     """(w_i per request, min_l D_l(d) for d = 0..max O): the works and the least work done with d
     batches left, over the distinct (I, O) of the workload."""
     fill, token = path_costs(co, limits, per_token_s, mu, int((I + O - 1).max()))
-    cum = np.concatenate(([0.0], np.cumsum(token[1:])))
-    works = fill[I] + (cum[I + O - 1] - cum[I])
+    works, cum = path_works(fill, token, I, O)
     least = np.full(int(O.max()) + 1, np.inf)
     for i, o in {(int(i), int(o)) for i, o in zip(I, O)}:
         after = fill[i] + (cum[i + np.arange(o)] - cum[i])       # done after g = 1..o tokens
         d_profile = np.concatenate((after[::-1], np.zeros(least.size - o)))
         least = np.minimum(least, d_profile)
-    return works, least
+    return works.total_s, least
 
 
 def _tents(D: np.ndarray) -> list[tuple[float, int]]:

@@ -91,10 +91,15 @@ def request_works(co: LinearCoefficients, workload: Workload, limits: Limits, pe
     """Each request's cheapest path cost with multipliers ``mu`` (:func:`path_costs`): its fill, then
     each later token at its context."""
     I, O = workload.input_lens, workload.output_lens
-    fill, token = path_costs(co, limits, per_token_s, mu, int((I + O - 1).max()))
+    return path_works(*path_costs(co, limits, per_token_s, mu, int((I + O - 1).max())), I, O)[0]
+
+
+def path_works(fill: np.ndarray, token: np.ndarray, I: np.ndarray, O: np.ndarray) -> tuple[Works, np.ndarray]:
+    """The works of requests (``I``, ``O``) on the path costs of :func:`path_costs`, and the prefix sums
+    ``cum`` of the token costs (the tokens at contexts a..b-1 cost ``cum[b] - cum[a]``)."""
     cum = np.concatenate(([0.0], np.cumsum(token[1:])))
     first = fill[I]
-    return Works(first, first + (cum[I + O - 1] - cum[I]))
+    return Works(first, first + (cum[I + O - 1] - cum[I])), cum
 
 
 def multipliers(per_batch_s: float, limits: Limits) -> list[np.ndarray]:
