@@ -195,11 +195,19 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         if not (args.json or args.quiet):
             print(f"capacity (FIFO, all requests at t = 0): {cap:.4g} requests/s; arrivals rescaled to "
                   f"load {args.load:g}", file=sys.stderr)
+    reserving = {policy for policy, _ in runs if get_policy(policy).queue == "reservation"
+                 and not get_policy(policy).elastic}
+    if args.reserved_replicas is not None and not reserving:
+        raise ValueError(f"--reserved-replicas {args.reserved_replicas} sets the reservation policy's long-only "
+                         f"replicas, but no run uses it (policies: {', '.join(p for p, _ in runs)})")
     rows, details = [], []
     for policy, name in runs:
         bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
+        extra = {"reserved_replicas": args.reserved_replicas} if args.reserved_replicas is not None \
+            and policy in reserving else {}
         try:
-            r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar, **options)
+            r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar,
+                                 **options, **extra)
         finally:
             bar.close()
         rows.append({"policy": policy, "scheduler": name, **r.metrics})
@@ -342,6 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default one node)")
     p.add_argument("--decode-replicas", type=int, help="with --cluster: replicas for short decodes under "
                    "disaggregation (default pecsched.txt §6.2's 4/4/1/1)")
+    p.add_argument("--reserved-replicas", type=int, help="with --cluster and the reservation policy: replicas "
+                   "that serve long requests only (default: the majority, in whole gangs; pecsched.txt §6.3)")
     p.add_argument("--colocate-tokens", type=int, help="with --cluster: short prefill tokens colocated with a "
                    "long decode per replica and step (default 512)")
     p.add_argument("--kvp-group-tokens", type=int, help="with --cluster and kvp > 1: most KV tokens of one request "

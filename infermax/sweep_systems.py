@@ -28,7 +28,8 @@ import json
 from typing import Any, Mapping
 
 SYSTEM_KEYS = ("name", "cluster", "policy", "scheduler", "options", "limits", "cost", "window_s")
-ENGINE_OPTIONS = ("sp_replicas", "decode_replicas", "colocate_tokens", "long_tag", "fast_forward")
+ENGINE_OPTIONS = ("sp_replicas", "decode_replicas", "colocate_tokens", "long_tag", "fast_forward",
+                  "reserved_replicas")
 
 
 def canonical_system(block: Any) -> dict[str, Any]:

@@ -67,14 +67,16 @@ class ClusterEngine:
     one per node); ``colocate_tokens``: short prefill tokens per member and step
     colocated with a long decode (§5.2's threshold); ``kvp_group_tokens``: on a plan
     with kvp > 1, the most KV tokens of one request per KVP group before it onboards
-    the next (:mod:`~infermax.cluster.plans`).
+    the next (:mod:`~infermax.cluster.plans`); ``reserved_replicas``: under the reservation policy,
+    the replicas that serve long requests only (default: the majority, in whole gangs —
+    :func:`~infermax.cluster.placement.reservation_split`).
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, policy: "str | ClusterPolicy" = "fifo",
                  scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                  fast_forward: bool = True, long_tag: str = "long", sp_replicas: int | None = None,
                  decode_replicas: int | None = None, colocate_tokens: int = 512,
-                 kvp_group_tokens: int | None = None) -> None:
+                 kvp_group_tokens: int | None = None, reserved_replicas: int | None = None) -> None:
         from infermax.costmodel import get_cost_model
 
         self.pol = pol = get_policy(policy)
@@ -87,9 +89,13 @@ class ClusterEngine:
         if pol.plan or cluster.executes_plan:      # a plan that cannot hold a request says which degree to raise
             from .plans import check_plan_holds
             check_plan_holds(workload, cluster)
+        if pol.elastic and reserved_replicas is not None:
+            raise ValueError(f"reserved_replicas = {reserved_replicas!r} sets the reservation policy's long-only "
+                             f"replicas; {pol.name!r} sizes its gangs elastically and reserves none")
         self.roles = roles = (elastic_roles(workload, cluster, pol, limits, sp_replicas, decode_replicas)
                               if pol.elastic else
-                              plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas))
+                              plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas,
+                                         reserved_replicas))
         self.limits = roles.limits
         self.loads = Loads(*roles.classes, roles.decode_pool)
         self.plans = None
@@ -116,6 +122,8 @@ class ClusterEngine:
                         "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward}
         if self.plans is not None:
             self.options["kvp_group_tokens"] = self.plans.group_tokens
+        if pol.queue == "reservation" and not pol.elastic and roles.is_long.any():
+            self.options["reserved_replicas"] = int(roles.eligible_long.sum())
         self._next_arrival = math.inf      # the next arrival not yet in the global queue
 
     def queue_tokens(self) -> np.ndarray:
@@ -237,7 +245,7 @@ def simulate_cluster(workload: "Workload | str", cluster: "Cluster | str", polic
     """Simulate ``workload`` on ``cluster`` (a :class:`Cluster` or its spec string) under ``policy``.
 
     ``options``: ``sp_replicas``, ``decode_replicas``, ``colocate_tokens``, ``kvp_group_tokens``
-    (:class:`ClusterEngine`; the last: :mod:`~infermax.cluster.plans`)."""
+    (:mod:`~infermax.cluster.plans`), ``reserved_replicas`` (:class:`ClusterEngine`)."""
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
     return ClusterEngine(workload, Cluster.from_spec(cluster), policy, scheduler, limits, cost,

@@ -6,8 +6,9 @@
 - A request that needs k replicas (its KV, I + O − 1 tokens, over k replicas' M)
   takes k replicas of one node when a node has k eligible ones, else the fewest
   nodes; among the valid combinations the one with the smallest total local queue.
-- Reservation (Llumnix-style, §6.2): enough replicas to hold the longest long
-  input are set apart for long requests; the rest serve short ones only.
+- Reservation (Llumnix-style, §6.2): the majority of the replicas, in whole gangs, is set
+  apart for long requests (§6.3: short requests get fewer GPUs than long ones); the rest
+  serve short ones only.
 """
 from __future__ import annotations
 
@@ -102,12 +103,32 @@ def choose_elastic_gang(cluster: Cluster, k_min: int, k_max: int, queue_tokens: 
     return tuple(sorted(idx[first[best]:first[best] + take[best]].tolist()))
 
 
-def reservation_split(cluster: Cluster, longest_input: int) -> tuple[np.ndarray, np.ndarray]:
-    """(long-only, short-only) replica masks: the last replicas, enough to hold ``longest_input``."""
-    k = replicas_needed(cluster, longest_input)
-    if k >= cluster.num_replicas:
-        raise ValueError(f"reservation for {longest_input}-token inputs needs {k} replicas, leaving none of the "
-                         f"{cluster.num_replicas} for short requests")
-    long_only = np.zeros(cluster.num_replicas, dtype=bool)
-    long_only[cluster.num_replicas - k:] = True
+def reservation_split(cluster: Cluster, longest_peak_kv: int, gang: int = 1,
+                      reserved: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(long-only, short-only) replica masks: the last ``k`` replicas serve long requests only.
+
+    ``k`` = ``reserved`` if given, else as pecsched.txt §6.3 describes its Reservation baseline ("fewer
+    GPUs are reserved for short requests than for long ones"; §3.2: "substantial resources must be
+    reserved for rare long requests"): the fewest whole gangs of ``gang`` replicas that leave short
+    requests fewer replicas than long ones — the fewest replicas that do when whole gangs would leave
+    none. Either way at least what the longest long request's KV (``longest_peak_kv`` tokens) needs, and
+    at least one replica left for short requests."""
+    R = cluster.num_replicas
+    need = max(replicas_needed(cluster, longest_peak_kv), gang)
+    if need >= R:
+        raise ValueError(f"reservation for {longest_peak_kv}-token long requests on gangs of {gang} needs {need} "
+                         f"replicas, leaving none of the {R} on {cluster.to_spec()} for short requests")
+    if reserved is not None:
+        if isinstance(reserved, bool) or not isinstance(reserved, (int, np.integer)) or not need <= reserved < R:
+            raise ValueError(f"reserved_replicas must be an integer in [{need}, {R - 1}] on {cluster.to_spec()} "
+                             f"(at least the {need} replicas a {longest_peak_kv}-token long request's gang needs, "
+                             f"leaving one for short requests), got {reserved!r}")
+        k = int(reserved)
+    else:
+        majority = R // 2 + 1
+        k = max(need, -(-majority // gang) * gang)
+        if k >= R:
+            k = max(need, min(majority, R - 1))
+    long_only = np.zeros(R, dtype=bool)
+    long_only[R - k:] = True
     return long_only, ~long_only

@@ -10,7 +10,7 @@ policy             preempts    disaggregates  colocates    fast SP  global queue
                    prefill
 =================  ==========  =============  ===========  =======  ================================
 fifo               no          no             no           ring     first come, first served
-reservation        no          no             no           ring     long on reserved replicas only
+reservation        no          no             no           ring     long only on the reserved majority
 priority           no          no             no           ring     short first (long may starve)
 pecsched           yes         yes            yes          yes      short first; §5 placement
 pecsched-pe        **no**      yes            yes          yes      (ablation /PE)

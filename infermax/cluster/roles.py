@@ -5,8 +5,9 @@
   request must fit one replica (its KV within M, its prompt within C).
 - Replicas: with disaggregation the last ``decode_replicas`` replicas only decode
   short requests migrated to them (pecsched.txt §6.2: 4/4/1/1 for its four models,
-  else one per node); under the reservation policy the last replicas, enough for
-  the longest long request, serve long requests only (Llumnix-style, §6.2).
+  else one per node); under the reservation policy the last replicas — the majority,
+  in whole gangs, unless ``reserved_replicas`` says how many — serve long requests
+  only (Llumnix-style, §6.2–6.3; :func:`~.placement.reservation_split`).
 - Each replica's local limits: M from the cluster; C and P at least the longest
   short prompt unless given.
 """
@@ -63,7 +64,8 @@ def local_limits(cluster: Cluster, workload: Workload, limits: "Limits | str | N
 
 
 def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits: "Limits | str | None",
-               long_tag: str, sp_replicas: int | None, decode_replicas: int | None) -> Roles:
+               long_tag: str, sp_replicas: int | None, decode_replicas: int | None,
+               reserved_replicas: int | None = None) -> Roles:
     """The run's :class:`Roles`; a ``ValueError`` naming the option, request or limit that makes it impossible."""
     R = cluster.num_replicas
     is_long = np.array([r.tag == long_tag for r in workload.requests], dtype=bool)
@@ -92,14 +94,12 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits:
     prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
     eligible_long, eligible_short = prefill_pool.copy(), prefill_pool.copy()
     if pol.queue == "reservation" and is_long.any():
-        long_only, _ = reservation_split(cluster, int(peak[is_long].max()))
-        k = max(int(long_only.sum()), sp if on_gang.any() else 1)
-        if k >= R:
-            raise ValueError(f"reservation for long requests needs {k} replicas, leaving none of the {R} "
-                             f"on {cluster.to_spec()} for short requests")
-        eligible_long = np.zeros(R, dtype=bool)
-        eligible_long[R - k:] = True
-        eligible_short = ~eligible_long
+        eligible_long, eligible_short = reservation_split(cluster, int(peak[is_long].max()),
+                                                          sp if on_gang.any() else 1, reserved_replicas)
+    elif reserved_replicas is not None:
+        why = "no request is tagged " + repr(long_tag) if pol.queue == "reservation" else f"policy {pol.name!r}"
+        raise ValueError(f"reserved_replicas = {reserved_replicas!r} sets the reservation policy's long-only "
+                         f"replicas, but {why} reserves none")
     if on_gang.any() and int(gang_size[is_long].max()) > int(eligible_long.sum()):
         raise ValueError(f"a long request needs a gang of {int(gang_size[is_long].max())} replicas "
                          f"but only {int(eligible_long.sum())} may serve long requests under policy "

@@ -66,6 +66,8 @@ def test_each_policy_keeps_its_rule(runs):
     rsv = res["reservation"]
     reserved = {r for g in rsv.gangs for r in g.members}
     assert reserved and reserved.isdisjoint(np.unique(rsv.replica_of[~long]).tolist())
+    assert rsv.options["reserved_replicas"] == 3        # fewer replicas for short requests than long ones (§6.3)
+    assert set(np.unique(rsv.replica_of[~long]).tolist()) == {0}
     pri = res["priority"]
     for i in np.flatnonzero(long):                                       # no long one overtakes a waiting short one
         t = pri.dispatch_s[i]
@@ -84,6 +86,11 @@ def test_bad_inputs_are_refused_with_names():
         simulate_cluster(big, FOUR)
     with pytest.raises(ValueError, match="has input 100 > C = 64"):
         simulate_cluster(Workload.from_lengths([100], [2]), FOUR, limits="C=64")
+    with pytest.raises(ValueError, match="reserved_replicas = 2 sets the reservation policy's long-only replicas, "
+                                         "but policy 'fifo' reserves none"):
+        simulate_cluster(w, FOUR, "fifo", reserved_replicas=2)
+    with pytest.raises(ValueError, match=r"reserved_replicas must be an integer in \[1, 3\].*got 4"):
+        simulate_cluster(w, FOUR, "reservation", sp_replicas=1, reserved_replicas=4)
 
 
 def test_the_cli_runs_policies_on_a_cluster_and_refuses_a_given_M(capsys):
@@ -99,3 +106,10 @@ def test_the_cli_runs_policies_on_a_cluster_and_refuses_a_given_M(capsys):
     assert "M comes from --cluster" in capsys.readouterr().err
     assert main(args[:4] + ["fifoo"] + args[5:]) == 2
     assert "unknown cluster policy 'fifoo' (did you mean fifo?)" in capsys.readouterr().err
+    assert main(args + ["--reserved-replicas", "2"]) == 2
+    assert "--reserved-replicas 2 sets the reservation policy's long-only replicas, but no run uses it" \
+        in capsys.readouterr().err
+    assert main(args[:4] + ["fifo,reservation"] + args[5:] + ["--reserved-replicas", "2", "--sp-replicas", "2",
+                                                               "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in out["results"]] == ["fifo", "reservation"]

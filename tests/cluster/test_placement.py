@@ -49,8 +49,23 @@ def test_the_gang_is_on_the_fewest_nodes_with_the_least_total_queue(seed):
             assert sum(q[r] for r in gang) == best[1]
 
 
-def test_reservation_keeps_enough_for_the_longest_input():
-    long_only, short_only = reservation_split(C, 500_000)
-    assert long_only.sum() == replicas_needed(C, 500_000) == 2 and (long_only ^ short_only).all()
+def test_reservation_leaves_short_requests_fewer_replicas_than_long_ones():
+    # pecsched.txt §6.3: "fewer GPUs are reserved for short requests than for long ones"
+    long_only, short_only = reservation_split(C, 500_000, gang=8)
+    assert (long_only ^ short_only).all() and long_only[-24:].all() and long_only.sum() == 24   # 3 of 4 nodes
+    assert reservation_split(C, 500_000)[0].sum() == 17                  # one-replica gangs: a bare majority
+    small = Cluster.from_spec("a100:nodes=2,gpus_per_node=4,model=mistral-7b-v0.3")   # whole gangs leave none
+    assert reservation_split(small, 1000, gang=4)[0].sum() == 5
+    two = Cluster.from_spec("a100:nodes=1,gpus_per_node=2,model=mistral-7b-v0.3")
+    assert reservation_split(two, 1000)[0].tolist() == [False, True]
+    # at least what the longest input's KV needs, and one replica left for short requests
+    assert reservation_split(C, 20 * C.replica_kv_capacity_tokens)[0].sum() == 20
     with pytest.raises(ValueError, match="leaving none"):
         reservation_split(C, 32 * C.replica_kv_capacity_tokens)
+
+
+def test_reserved_replicas_option():
+    assert reservation_split(C, 500_000, gang=8, reserved=8)[0].sum() == 8
+    for bad in (7, 32, 2.5, True):
+        with pytest.raises(ValueError, match=r"reserved_replicas must be an integer in \[8, 31\].*got"):
+            reservation_split(C, 500_000, gang=8, reserved=bad)
