@@ -45,6 +45,8 @@ def fmt_factor(v: float, unit: str) -> str:
         return str(v)
     if unit == "%+" and v < 10:
         return f"{(v - 1) * 100:+.1f} %"
+    if unit == "%-" and 0 < v < 1:               # the other way: as many times more
+        return f"{1 / v:.3g}x more"
     if unit == "%-" and v > 0:
         return f"{(1 - 1 / v) * 100:.1f} % less"
     return f"{v:.0f}x" if v >= 100 else f"{v:.3g}x"
