@@ -97,6 +97,39 @@ def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
     assert (tmp_path / "s.json").read_text() == expect.to_json()
 
 
+def test_a_batch_of_the_last_ids_less_a_head_plus_a_tail_is_written_as_ever(tmp_path):
+    """Random batches made from the last one (its head dropped, ids appended, or anything else, repeats
+    included) with random tokens (leading ones among them): the writer, reusing the text of the ids kept
+    from the last two batches, writes what ``Schedule.to_json`` writes."""
+    rng = np.random.default_rng(11)
+    ids, batches = [3, 10, 7], []
+    for _ in range(400):
+        r = rng.random()
+        if r < 0.3:
+            ids = ids[int(rng.integers(0, len(ids) + 1)):]
+        elif r < 0.4 and len(batches) > 1:     # the batch before the last, its head dropped
+            ids = batches[-2][0].ids.tolist()[int(rng.integers(0, 3)):]
+        if r < 0.7 or not ids:
+            ids = ids + rng.integers(-3, 60, int(rng.integers(0 if ids else 1, 4))).tolist()
+        elif r < 0.8:
+            ids = rng.permutation(ids).tolist()
+        elif r < 0.9:
+            ids = [int(rng.integers(0, 5))] * int(rng.integers(1, 4))
+        decode = rng.random() < 0.6
+        tokens = [1] * len(ids) if decode else rng.integers(1, 600, len(ids)).tolist()
+        if not decode and rng.random() < 0.5:     # leading decodes (a hybrid batch), or ones anywhere
+            ones = int(rng.integers(0, len(ids) + 1))
+            tokens = [1] * ones + tokens[ones:] if rng.random() < 0.7 else [t if t % 3 else 1 for t in tokens]
+        batches.append((Batch(ids=ids, tokens=tokens), decode))
+    with ScheduleWriter(tmp_path / "s.json", {}) as w:
+        for b, decode in batches:
+            if decode:
+                w.add_decode(b.ids, 1)
+            else:
+                w.add(b)
+    assert (tmp_path / "s.json").read_text() == Schedule(tuple(b for b, _ in batches), {}).to_json()
+
+
 _STATE_ARRAYS = ("m", "inp", "gen", "status", "first_scheduled_s", "first_token_s", "completion_s", "num_evictions",
                  "refill_tokens", "num_suspensions", "_last_batch")
 _STATE_VALUES = ("kv_used", "blocks_used", "num_running", "num_done", "num_batches", "clock_s", "version",
