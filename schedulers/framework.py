@@ -269,10 +269,12 @@ class GetNextBatch(Scheduler):
           phase rule)."""
         if self._dynamic:
             return plan.idx[:0], 0    # the order may change from one batch to the next
-        if self._fcfs and not state.num_waiting:   # every active request runs, in arrival (= priority) order
-            running, waiting, changed = state.active, _NONE, False
+        if not state.num_waiting:
+            # every active request runs: in arrival (= priority) order when the order is FCFS
+            running, waiting = (state.active, _NONE) if self._fcfs else self._sets(state)[:2]
+        elif state.version != self._version or plan.evict.size or self._future_refusal:
+            return plan.idx[:0], 0      # (decided before the sets are rebuilt: the waiting ones may fit now)
         else:
-            changed = state.version != self._version
             running, waiting = self._sets(state)[:2]
         n = running.size
         if not n or n > self._C:
@@ -280,8 +282,7 @@ class GetNextBatch(Scheduler):
         m, inp = state.m[running], state.inp[running]
         left = state.output_lens[running] - state.gen[running]      # batches until each completes
         if waiting.size:
-            if (changed or plan.evict.size or plan.idx.size != n or self._future_refusal
-                    or np.count_nonzero(m <= inp)):     # (m == inp: a prefill completed in this batch)
+            if plan.idx.size != n or np.count_nonzero(m <= inp):    # (m == inp: a prefill completed in this batch)
                 return running, 0
             running, horizon = plan.idx, int(_min(left)) - 1      # (the same requests in the same order)
         elif np.count_nonzero(m < inp):
