@@ -79,6 +79,34 @@ def test_the_active_set_is_the_arrived_unfinished_requests_after_every_batch(sch
     assert checks > 50
 
 
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "sarathi-real", "rank-i", "rank-org"])
+def test_the_running_and_waiting_sets_are_the_active_set_split_by_status(scheduler):
+    """``GetNextBatch`` takes the waiting requests as the tail of the active set when they are there, and
+    returns the decodes of a decode-priority scheduler unsplit when all run decodes: what the masks give."""
+    w = Workload.from_spec("mix:LILO+SISO+SILO,B=60,rate=60,seed=3")
+    lim = Limits(M=3000, C=1100)
+    sched = get_scheduler(scheduler)
+    state = ServingState(w, sched.limits_for(lim), LinearCostModel())
+    sched.reset(state)
+    runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), w.ids)
+    seen = set()
+    while not state.is_finished:
+        running, waiting, _ = sched._sets(state)
+        order = np.concatenate((running, waiting))
+        order = order[np.argsort(sched._pos[order])]
+        st = state.status[order]
+        assert np.array_equal(running, order[st == RUNNING]) and np.array_equal(waiting, order[st == WAITING])
+        assert np.array_equal(np.sort(order), np.sort(state.active))
+        if sched.policy.priority == "decode":
+            dec = state.m[running] >= state.inp[running]
+            groups = sched.group_requests(state)
+            assert np.array_equal(groups[0][0], running[dec]) and np.array_equal(groups[1][0], running[~dec])
+        seen.add((bool(waiting.size), bool(running.size)))
+        if not runner.step():
+            runner.wait_until(state.next_arrival_s)
+    assert seen >= {(True, True), (False, True)}
+
+
 def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
     """The writer reuses the last batch's ids text for the same ids or their tail; any other ids are formatted."""
     def decode(*ids):
