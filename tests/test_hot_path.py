@@ -199,6 +199,47 @@ def test_a_batch_of_one_request_is_judged_and_committed_as_any_batch(block_size)
     assert {"finished", "tokens", "decode-chunk", "prefill-chunk", "P"} <= errors and errors & {"M", "M-blocks"}
 
 
+class _MaskedChunkCheck(ServingState):
+    """Checks the chunks of every batch with the masks (no shortcut from the sums)."""
+
+    def _check_chunks(self, j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one):
+        super()._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, -1, -1)
+
+
+def test_the_chunks_of_a_batch_of_decodes_and_one_refill_are_judged_as_by_the_masks():
+    """``apply`` checks the chunks of a batch whose requests all decode, or all but one, from the token sums:
+    the same results, the same errors and the same state as the masks after random valid and invalid batches."""
+    rng = np.random.default_rng(5)
+    w = make_workload([(int(rng.integers(1, 30)), int(rng.integers(2, 40))) for _ in range(12)])
+    lim = Limits(M=300, C=60)
+    fast, masked = ServingState(w, lim, LinearCostModel()), _MaskedChunkCheck(w, lim, LinearCostModel())
+    errors, kinds = set(), set()       # error rules; numbers of (re)fills per batch
+    for _ in range(1000):
+        active = fast.active
+        if active.size < 2:
+            break
+        idx = rng.permutation(active)[:int(rng.integers(2, active.size + 1))]
+        left = fast.inp[idx] - fast.m[idx]
+        tokens = np.where(left > 0, rng.integers(1, np.maximum(left, 1) + 1), 1)
+        kinds.add(int(np.count_nonzero(left > 0)))
+        if rng.random() < 0.2:          # a decode of 2 tokens, or a chunk past the input
+            bad = int(rng.choice(np.flatnonzero(left > 0))) if rng.random() < 0.5 and left.max() > 0 else 0
+            tokens[bad] = left[bad] + 1 if left[bad] > 0 else 2
+        outcomes = []
+        for state in (fast, masked):
+            try:
+                outcomes.append(state.apply(idx, tokens, np.zeros(0, dtype=np.int64)))
+            except ScheduleError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        if isinstance(outcomes[0], str):
+            errors.add(outcomes[0].split("[")[1].split("]")[0])
+        for name in _STATE_ARRAYS:
+            assert np.array_equal(getattr(fast, name), getattr(masked, name), equal_nan=True), name
+        assert [getattr(fast, k) for k in _STATE_VALUES] == [getattr(masked, k) for k in _STATE_VALUES]
+    assert fast.num_done >= 10 and {"decode-chunk", "prefill-chunk"} <= errors and {0, 1, 2} <= kinds
+
+
 class _StepByStep(LinearCostModel):
     def batch_time(self, tokens, kv_before, is_decode):      # the same times, not the closed form's code
         return LinearCostModel.batch_time(self, tokens, kv_before, is_decode)
