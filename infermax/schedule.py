@@ -362,15 +362,17 @@ class ScheduleWriter:
         raw = ids.tobytes()
         recent = self._recent
         if raw != recent[0][0]:
-            for last, last_text in recent:
-                drop = _kept_from(last, raw)
-                if drop is not None:
-                    text = last_text.split(",", drop)[drop] if drop else last_text
-                    kept = len(last) // 8 - drop
-                    if kept < ids.size:
-                        text += "," + _ints(ids[kept:], texts)
-                    break
-            else:
+            text = None
+            if ids.size > 8:      # (a few ids cost less to format than to look for)
+                for last, last_text in recent:
+                    drop = _kept_from(last, raw)
+                    if drop is not None:
+                        text = last_text.split(",", drop)[drop] if drop else last_text
+                        kept = len(last) // 8 - drop
+                        if kept < ids.size:
+                            text += "," + _ints(ids[kept:], texts)
+                        break
+            if text is None:
                 text = _ints(ids, texts)
             recent[1] = recent[0]
             recent[0] = (raw, text)
