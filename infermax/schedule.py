@@ -280,10 +280,13 @@ def batch_json(batch: Batch, texts: _IntText | None = None, ids_text: str | None
     ``texts``: a cache of the integers' text (:class:`ScheduleWriter` keeps one); ``ids_text``: the
     text of ``batch.ids`` when the caller has it."""
     tokens = batch.tokens.tolist()
-    if tokens.count(1) == len(tokens):    # a decode batch: every token count is 1
-        tokens_text = "1," * (len(tokens) - 1) + "1" if tokens else ""
+    ones = tokens.count(1)
+    if ones == len(tokens):    # a decode batch: every token count is 1
+        tokens_text = "1," * (ones - 1) + "1" if tokens else ""
     else:
-        tokens_text = ",".join(map(str if texts is None else texts.__getitem__, tokens))
+        if not ones or tokens[:ones].count(1) < ones:    # the ones written at once only when they lead
+            ones = 0                                     # (the decodes of a hybrid batch, before its prefills)
+        tokens_text = "1," * ones + ",".join(map(str if texts is None else texts.__getitem__, tokens[ones:]))
     if ids_text is None:
         ids_text = _ints(batch.ids, texts)
     text = f'{{"ids":[{ids_text}],"tokens":[{tokens_text}]'
@@ -292,6 +295,20 @@ def batch_json(batch: Batch, texts: _IntText | None = None, ids_text: str | None
     if batch.not_before_s:
         text += f',"not_before_s":{float(batch.not_before_s)!r}'
     return text + "}"
+
+
+def _kept_from(last: bytes, raw: bytes) -> int | None:
+    """How many of the int64 values in ``last`` (bytes) to drop so that the rest starts ``raw``, keeping at
+    least one (None when no such tail exists)."""
+    if not raw or not last:
+        return None
+    head, pos = raw[:8], -1
+    while True:
+        pos = last.find(head, pos + 1)
+        if pos < 0:
+            return None
+        if pos % 8 == 0:      # (a whole value, not bytes across two)
+            return pos // 8 if raw.startswith(last[pos:]) else None
 
 
 class ScheduleWriter:
@@ -316,7 +333,7 @@ class ScheduleWriter:
         self._file.write(head[:-1] + ',"batches":[')
         self.num_batches = 0
         self._texts = _IntText()
-        self._last_ids, self._last_ids_text = b"", ""    # the last batch's ids (their bytes) and their text
+        self._recent = [(b"", ""), (b"", "")]    # the last two batches' ids (their bytes) and their text, last first
 
     def add(self, batch: Batch, repeat: int = 1) -> None:
         if repeat >= 1:
@@ -336,20 +353,30 @@ class ScheduleWriter:
         return self._texts
 
     def _ids_text(self, ids: np.ndarray, texts: _IntText) -> str:
-        """The text of ``ids``; the last batch's when they are its ids, or its ids less the first few
-        (a decode run after its oldest requests complete): then no integer is formatted again."""
+        """The text of ``ids``. When they are the ids of one of the last two batches less the first few (a
+        decode run after its oldest requests complete), plus any at the end (a request joining the running
+        ones, after a batch of its own prefill), the text of the ids kept is reused and only the ones
+        added are formatted."""
         if ids.dtype != np.int64:      # (the remembered ids are int64 bytes)
             return _ints(ids, texts)
         raw = ids.tobytes()
-        last = self._last_ids
-        if raw != last:
-            if raw and last.endswith(raw):     # (whole ids: both lengths are multiples of 8 bytes)
-                drop = (len(last) - len(raw)) // 8
-                text = self._last_ids_text.split(",", drop)[drop]
-            else:
+        recent = self._recent
+        if raw != recent[0][0]:
+            text = None
+            if ids.size > 8:      # (a few ids cost less to format than to look for)
+                for last, last_text in recent:
+                    drop = _kept_from(last, raw)
+                    if drop is not None:
+                        text = last_text.split(",", drop)[drop] if drop else last_text
+                        kept = len(last) // 8 - drop
+                        if kept < ids.size:
+                            text += "," + _ints(ids[kept:], texts)
+                        break
+            if text is None:
                 text = _ints(ids, texts)
-            self._last_ids, self._last_ids_text = raw, text
-        return self._last_ids_text
+            recent[1] = recent[0]
+            recent[0] = (raw, text)
+        return recent[0][1]
 
     def _write(self, text: str, repeat: int) -> None:
         self._file.write(text if self.num_batches == 0 else "," + text)

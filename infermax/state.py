@@ -279,18 +279,11 @@ class ServingState(ReplicaInbox):
         inp0 = self.inp[idx]
         is_decode = m0 >= inp0
         m1 = m0 + tokens
-        over = m1 > np.maximum(inp0, m0 + 1)
-        if np.count_nonzero(over):
-            k = int(np.argmax(over))
-            ids = self.workload.ids
-            if is_decode[k]:
-                raise ScheduleError(j, "decode-chunk", f"decode phase processes exactly 1 token, "
-                                    f"got c = {int(tokens[k])}", int(ids[idx[k]]))
-            raise ScheduleError(j, "prefill-chunk", f"chunk c = {int(tokens[k])} exceeds the "
-                                f"{int(inp0[k] - m0[k])} input tokens left", int(ids[idx[k]]))
-        # 3. per-batch limits
         num_tokens = int(_sum(tokens))
         num_decode = int(np.count_nonzero(is_decode))
+        one = int(is_decode.argmin()) if num_decode == n - 1 else -1    # the one (re)fill among decodes
+        self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
+        # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
         kv, running = self.kv_used + num_tokens, self.num_running + num_new
         blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
@@ -302,9 +295,14 @@ class ServingState(ReplicaInbox):
                                             np.concatenate((is_decode, extra[2])))
         end = start + duration
         # 5. commit progress
-        if num_new:
-            # (one, mostly: its index alone, found in the statuses' bytes, costs less than an index array)
-            new_idx = idx[st.tobytes().index(WAITING)] if num_new == 1 else idx[st == WAITING]
+        if num_new == 1:    # (mostly: its index alone, found in the statuses' bytes, in Python ints, as _apply_one)
+            i = int(idx[st.tobytes().index(WAITING)])
+            self.status[i] = RUNNING
+            if not self.first_scheduled_s[i] <= start:     # NaN (the first time) or later: fmin, as below
+                self.first_scheduled_s[i] = start
+            self.version += 1
+        elif num_new:
+            new_idx = idx[st == WAITING]
             self.status[new_idx] = RUNNING
             # the first time: NaN until now (fmin ignores NaN; an earlier time is never later than start)
             self.first_scheduled_s[new_idx] = np.fmin(self.first_scheduled_s[new_idx], start)
@@ -312,7 +310,7 @@ class ServingState(ReplicaInbox):
         self.m[idx] = m1
         self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
         self.prefill_tokens_left -= num_prefill_tokens
-        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode, end)
+        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode, one, end)
         self._last_batch[idx] = j
         self.clock_s = end
         self.num_batches = j + 1
@@ -429,6 +427,29 @@ class ServingState(ReplicaInbox):
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
         return num_new
 
+    def _check_chunks(self, j: int, idx: np.ndarray, tokens: np.ndarray, m0: np.ndarray, inp0: np.ndarray,
+                      m1: np.ndarray, is_decode: np.ndarray, num_tokens: int, num_decode: int, one: int) -> None:
+        """Each decode of batch ``j`` processes exactly 1 token and each (re)fill at most the input tokens
+        it has left (``apply``, step 2). When all decode, or all but request ``one``, the sums settle it
+        without an array operation: the decodes' tokens (each >= 1) are all 1 exactly when they add up to
+        their count; otherwise the first offender is found and named."""
+        if num_decode == idx.size:
+            if num_tokens == num_decode:
+                return
+        elif one >= 0:
+            c = int(tokens[one])
+            if num_tokens - c == num_decode and int(m0[one]) + c <= int(inp0[one]):
+                return
+        over = m1 > np.maximum(inp0, m0 + 1)
+        if np.count_nonzero(over):
+            k = int(np.argmax(over))
+            ids = self.workload.ids
+            if is_decode[k]:
+                raise ScheduleError(j, "decode-chunk", f"decode phase processes exactly 1 token, "
+                                    f"got c = {int(tokens[k])}", int(ids[idx[k]]))
+            raise ScheduleError(j, "prefill-chunk", f"chunk c = {int(tokens[k])} exceeds the "
+                                f"{int(inp0[k] - m0[k])} input tokens left", int(ids[idx[k]]))
+
     def _check_limits(self, j: int, num_tokens: int, num_prefill_tokens: int, kv: int, running: int,
                       m0: np.ndarray, tokens: np.ndarray) -> int:
         """Batch ``j`` keeps C, P, M (and M in blocks) and R_max (``apply``, step 3); returns the blocks in
@@ -454,21 +475,20 @@ class ServingState(ReplicaInbox):
         return blocks
 
     def _generate(self, j: int, idx: np.ndarray, m0: np.ndarray, inp0: np.ndarray, m1: np.ndarray,
-                  is_decode: np.ndarray, num_decode: int, end: float) -> None:
-        """Batch ``j`` (ending at ``end``) moved requests ``idx`` (``num_decode`` of them decoding) from ``m0``
-        to ``m1`` KV tokens: count the tokens generated, suspensions and first tokens, and free the KV of the
-        requests it completes."""
+                  is_decode: np.ndarray, num_decode: int, one: int, end: float) -> None:
+        """Batch ``j`` (ending at ``end``) moved requests ``idx`` (``num_decode`` of them decoding; ``one``: the
+        position of the only one that does not, else -1) from ``m0`` to ``m1`` KV tokens: count the tokens
+        generated, suspensions and first tokens, and free the KV of the requests it completes."""
         gen = self.gen
         if num_decode == idx.size:   # each generates a token, none its first (a decode follows one)
             g_idx = idx
             g = gen[g_idx] + 1
             gen[g_idx] = g
-        elif num_decode == idx.size - 1:   # one (re)fill among decodes (a hybrid batch): it alone in Python ints
-            k = int(is_decode.argmin())
-            i = int(idx[k])
-            if m0[k] and self._last_batch[i] < j - 1:     # a (re)fill that skipped a batch was suspended
+        elif one >= 0:   # one (re)fill among decodes (a hybrid batch): it alone in Python ints
+            i = int(idx[one])
+            if m0[one] and self._last_batch[i] < j - 1:     # a (re)fill that skipped a batch was suspended
                 self.num_suspensions[i] += 1
-            g_idx = idx if m1[k] >= inp0[k] else idx[is_decode]   # (the decodes generate, and it if it ends)
+            g_idx = idx if m1[one] >= inp0[one] else idx[is_decode]   # (the decodes generate, and it if it ends)
             g = gen[g_idx] + 1
             gen[g_idx] = g
             if g_idx is idx and gen[i] == 1:      # (a decode never generates its first token)

@@ -36,7 +36,7 @@ import numpy as np
 
 from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
 from infermax.policy import Policy
-from infermax.state import RUNNING, ServingState
+from infermax.state import RUNNING, WAITING, ServingState
 
 from .base import Plan, Scheduler
 from .lookahead import Admission
@@ -179,12 +179,24 @@ class GetNextBatch(Scheduler):
                 self._pos[act] = np.arange(act.size)
             elif not self._fcfs:
                 act = act[np.argsort(self._pos[act])]
-            st = state.status[act]
-            run = st == RUNNING
-            self._running, self._waiting = act[run], act[~run]
+            self._running, self._waiting = self._split(state, act)
             self._active = act if self.policy.priority == "rank" else None
             self._version = state.version
         return self._running, self._waiting, self._active
+
+    def _split(self, state: ServingState, act: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The running and the waiting requests of ``act`` (the active requests in priority order), each in
+        that order. When the ``num_waiting`` last ones are waiting, the rest run: both are slices. (Checked
+        only in arrival order, where the waiting requests are usually the latest arrivals.)"""
+        k = state.num_waiting
+        if self._fcfs and k <= act.size:
+            if not k:
+                return act, _NONE
+            tail = act[act.size - k:]
+            if state.status[tail].tobytes().count(WAITING) == k:
+                return act[:act.size - k], tail
+        run = state.status[act] == RUNNING
+        return act[run], act[~run]
 
     # --- hook 1: GroupRequests --------------------------------------------------------
     def group_requests(self, state: ServingState) -> list[tuple[np.ndarray, int]]:
@@ -196,6 +208,8 @@ class GetNextBatch(Scheduler):
             return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked_prefill else DECODE_GROUP)]
         if prio == "decode":
             dec = state.m[running] >= state.inp[running]
+            if np.count_nonzero(dec) == running.size:     # (usually, at decode priority: no split)
+                return [(running, DECODE_GROUP), (_NONE, PREFILL_GROUP), (waiting, WAITING_GROUP)]
             return [(running[dec], DECODE_GROUP), (running[~dec], PREFILL_GROUP), (waiting, WAITING_GROUP)]
         return [(active, MIXED_GROUP)]
 
@@ -269,10 +283,12 @@ class GetNextBatch(Scheduler):
           phase rule)."""
         if self._dynamic:
             return plan.idx[:0], 0    # the order may change from one batch to the next
-        if self._fcfs and not state.num_waiting:   # every active request runs, in arrival (= priority) order
-            running, waiting, changed = state.active, _NONE, False
+        if not state.num_waiting:
+            # every active request runs: in arrival (= priority) order when the order is FCFS
+            running, waiting = (state.active, _NONE) if self._fcfs else self._sets(state)[:2]
+        elif state.version != self._version or plan.evict.size or self._future_refusal:
+            return plan.idx[:0], 0      # (decided before the sets are rebuilt: the waiting ones may fit now)
         else:
-            changed = state.version != self._version
             running, waiting = self._sets(state)[:2]
         n = running.size
         if not n or n > self._C:
@@ -280,8 +296,7 @@ class GetNextBatch(Scheduler):
         m, inp = state.m[running], state.inp[running]
         left = state.output_lens[running] - state.gen[running]      # batches until each completes
         if waiting.size:
-            if (changed or plan.evict.size or plan.idx.size != n or self._future_refusal
-                    or np.count_nonzero(m <= inp)):     # (m == inp: a prefill completed in this batch)
+            if plan.idx.size != n or np.count_nonzero(m <= inp):    # (m == inp: a prefill completed in this batch)
                 return running, 0
             running, horizon = plan.idx, int(_min(left)) - 1      # (the same requests in the same order)
         elif np.count_nonzero(m < inp):
@@ -344,30 +359,36 @@ class GetNextBatch(Scheduler):
             used = k * per if c_new is None else (int(c_new[k - 1]) if k else 0)
             return rest, k, _ones(k), (k, 0, used, 0), DECODE
         if kind == PREFILL_GROUP or kind == WAITING_GROUP:
+            waiting = kind == WAITING_GROUP
             inp = state.inp[rest]
-            tok = inp if kind == WAITING_GROUP else inp - state.m[rest]
+            tok = inp if waiting else inp - state.m[rest]
             cap = min(b.C, b.P)
-            if tok[0] > cap or (kind == WAITING_GROUP and (b.run < 1 or self._head_mem(tok, rest) > self._room(b, True))):
+            head, head_mem = int(tok[0]), self._head_mem(tok, rest) if waiting else 0
+            if head > cap or (waiting and (b.run < 1 or head_mem > self._room(b, True))):
                 return rest, 0, tok[:0], (0, 0, 0, 0), PREFILL
-            c_tok = tok.cumsum()
-            k = int(c_tok.searchsorted(cap, "right"))
-            mem = 0
-            if kind == WAITING_GROUP:
-                own = self._blk(self._peak[rest] if self._ef else tok)
-                c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
-                if self._wm:     # the head passed its own check above
-                    fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
-                    k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
-                else:
-                    k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
+            c_tok = c_mem = None    # prefix sums of the tokens and of the KV taken, when there are several
+            if rest.size == 1:      # (one candidate, usually: the head, which fits, as just checked)
+                k = 1
+            else:
+                c_tok = tok.cumsum()
+                k = int(c_tok.searchsorted(cap, "right"))
+            if waiting:
+                if c_tok is not None:
+                    own = self._blk(self._peak[rest] if self._ef else tok)
+                    c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
+                    if self._wm:     # the head passed its own check above
+                        fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
+                        k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
+                    else:
+                        k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
                     k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
                 if b.pins is not None:
                     k, k_all = self._pins.after(state, b, rest[:k], tok[:k])[0], k
                     b.future_refusal |= k < k_all   # the pinned requests' room changes as they grow
-                mem = int(c_mem[k - 1]) if k else 0
-            used = int(c_tok[k - 1]) if k else 0
-            return rest, k, tok[:k], (used, used, mem, k if kind == WAITING_GROUP else 0), PREFILL
+            used = (head if c_tok is None else int(c_tok[k - 1])) if k else 0
+            mem = (head_mem if c_mem is None else int(c_mem[k - 1])) if k and waiting else 0
+            return rest, k, tok[:k], (used, used, mem, k if waiting else 0), PREFILL
         tok, dec, pf, mem, new = self._needs(state, rest)
         if not self.policy.hybrid:  # hook 2: CheckHybridBatching — other-phase candidates are skipped
             keep = dec == ((b.phase or (DECODE if dec[0] else PREFILL)) == DECODE)

@@ -79,6 +79,34 @@ def test_the_active_set_is_the_arrived_unfinished_requests_after_every_batch(sch
     assert checks > 50
 
 
+@pytest.mark.parametrize("scheduler", ["vllm", "sarathi", "sarathi-real", "rank-i", "rank-org"])
+def test_the_running_and_waiting_sets_are_the_active_set_split_by_status(scheduler):
+    """``GetNextBatch`` takes the waiting requests as the tail of the active set when they are there, and
+    returns the decodes of a decode-priority scheduler unsplit when all run decodes: what the masks give."""
+    w = Workload.from_spec("mix:LILO+SISO+SILO,B=60,rate=60,seed=3")
+    lim = Limits(M=3000, C=1100)
+    sched = get_scheduler(scheduler)
+    state = ServingState(w, sched.limits_for(lim), LinearCostModel())
+    sched.reset(state)
+    runner = ReplicaRunner(state, sched, _BatchList(), TraceRecorder(), w.ids)
+    seen = set()
+    while not state.is_finished:
+        running, waiting, _ = sched._sets(state)
+        order = np.concatenate((running, waiting))
+        order = order[np.argsort(sched._pos[order])]
+        st = state.status[order]
+        assert np.array_equal(running, order[st == RUNNING]) and np.array_equal(waiting, order[st == WAITING])
+        assert np.array_equal(np.sort(order), np.sort(state.active))
+        if sched.policy.priority == "decode":
+            dec = state.m[running] >= state.inp[running]
+            groups = sched.group_requests(state)
+            assert np.array_equal(groups[0][0], running[dec]) and np.array_equal(groups[1][0], running[~dec])
+        seen.add((bool(waiting.size), bool(running.size)))
+        if not runner.step():
+            runner.wait_until(state.next_arrival_s)
+    assert seen >= {(True, True), (False, True)}
+
+
 def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
     """The writer reuses the last batch's ids text for the same ids or their tail; any other ids are formatted."""
     def decode(*ids):
@@ -95,6 +123,39 @@ def test_a_batch_of_the_last_ids_or_their_tail_is_written_as_ever(tmp_path):
                 w.add(b, 2)
     expect = Schedule(tuple(b for b, _ in batches for _ in range(2)), {})
     assert (tmp_path / "s.json").read_text() == expect.to_json()
+
+
+def test_a_batch_of_the_last_ids_less_a_head_plus_a_tail_is_written_as_ever(tmp_path):
+    """Random batches made from the last one (its head dropped, ids appended, or anything else, repeats
+    included) with random tokens (leading ones among them): the writer, reusing the text of the ids kept
+    from the last two batches, writes what ``Schedule.to_json`` writes."""
+    rng = np.random.default_rng(11)
+    ids, batches = [3, 10, 7], []
+    for _ in range(400):
+        r = rng.random()
+        if r < 0.3:
+            ids = ids[int(rng.integers(0, len(ids) + 1)):]
+        elif r < 0.4 and len(batches) > 1:     # the batch before the last, its head dropped
+            ids = batches[-2][0].ids.tolist()[int(rng.integers(0, 3)):]
+        if r < 0.7 or not ids:
+            ids = ids + rng.integers(-3, 60, int(rng.integers(0 if ids else 1, 4))).tolist()
+        elif r < 0.8:
+            ids = rng.permutation(ids).tolist()
+        elif r < 0.9:
+            ids = [int(rng.integers(0, 5))] * int(rng.integers(1, 4))
+        decode = rng.random() < 0.6
+        tokens = [1] * len(ids) if decode else rng.integers(1, 600, len(ids)).tolist()
+        if not decode and rng.random() < 0.5:     # leading decodes (a hybrid batch), or ones anywhere
+            ones = int(rng.integers(0, len(ids) + 1))
+            tokens = [1] * ones + tokens[ones:] if rng.random() < 0.7 else [t if t % 3 else 1 for t in tokens]
+        batches.append((Batch(ids=ids, tokens=tokens), decode))
+    with ScheduleWriter(tmp_path / "s.json", {}) as w:
+        for b, decode in batches:
+            if decode:
+                w.add_decode(b.ids, 1)
+            else:
+                w.add(b)
+    assert (tmp_path / "s.json").read_text() == Schedule(tuple(b for b, _ in batches), {}).to_json()
 
 
 _STATE_ARRAYS = ("m", "inp", "gen", "status", "first_scheduled_s", "first_token_s", "completion_s", "num_evictions",
@@ -136,6 +197,47 @@ def test_a_batch_of_one_request_is_judged_and_committed_as_any_batch(block_size)
         if one.is_finished:
             break
     assert {"finished", "tokens", "decode-chunk", "prefill-chunk", "P"} <= errors and errors & {"M", "M-blocks"}
+
+
+class _MaskedChunkCheck(ServingState):
+    """Checks the chunks of every batch with the masks (no shortcut from the sums)."""
+
+    def _check_chunks(self, j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one):
+        super()._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, -1, -1)
+
+
+def test_the_chunks_of_a_batch_of_decodes_and_one_refill_are_judged_as_by_the_masks():
+    """``apply`` checks the chunks of a batch whose requests all decode, or all but one, from the token sums:
+    the same results, the same errors and the same state as the masks after random valid and invalid batches."""
+    rng = np.random.default_rng(5)
+    w = make_workload([(int(rng.integers(1, 30)), int(rng.integers(2, 40))) for _ in range(12)])
+    lim = Limits(M=300, C=60)
+    fast, masked = ServingState(w, lim, LinearCostModel()), _MaskedChunkCheck(w, lim, LinearCostModel())
+    errors, kinds = set(), set()       # error rules; numbers of (re)fills per batch
+    for _ in range(1000):
+        active = fast.active
+        if active.size < 2:
+            break
+        idx = rng.permutation(active)[:int(rng.integers(2, active.size + 1))]
+        left = fast.inp[idx] - fast.m[idx]
+        tokens = np.where(left > 0, rng.integers(1, np.maximum(left, 1) + 1), 1)
+        kinds.add(int(np.count_nonzero(left > 0)))
+        if rng.random() < 0.2:          # a decode of 2 tokens, or a chunk past the input
+            bad = int(rng.choice(np.flatnonzero(left > 0))) if rng.random() < 0.5 and left.max() > 0 else 0
+            tokens[bad] = left[bad] + 1 if left[bad] > 0 else 2
+        outcomes = []
+        for state in (fast, masked):
+            try:
+                outcomes.append(state.apply(idx, tokens, np.zeros(0, dtype=np.int64)))
+            except ScheduleError as exc:
+                outcomes.append(str(exc))
+        assert outcomes[0] == outcomes[1]
+        if isinstance(outcomes[0], str):
+            errors.add(outcomes[0].split("[")[1].split("]")[0])
+        for name in _STATE_ARRAYS:
+            assert np.array_equal(getattr(fast, name), getattr(masked, name), equal_nan=True), name
+        assert [getattr(fast, k) for k in _STATE_VALUES] == [getattr(masked, k) for k in _STATE_VALUES]
+    assert fast.num_done >= 10 and {"decode-chunk", "prefill-chunk"} <= errors and {0, 1, 2} <= kinds
 
 
 class _StepByStep(LinearCostModel):
