@@ -164,6 +164,24 @@ _STATE_VALUES = ("kv_used", "blocks_used", "num_running", "num_done", "num_batch
                  "prefill_tokens_left", "decode_tokens_left")
 
 
+def _same_outcome(states, apply, errors: set) -> None:
+    """``apply`` on both ``states``: the same result or the same error (its rule added to ``errors``),
+    and the same state afterwards, array by array and value by value."""
+    outcomes = []
+    for state in states:
+        try:
+            outcomes.append(apply(state))
+        except ScheduleError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+    if isinstance(outcomes[0], str):
+        errors.add(outcomes[0].split("[")[1].split("]")[0])
+    a, b = states
+    for name in _STATE_ARRAYS:
+        assert np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True), name
+    assert [getattr(a, k) for k in _STATE_VALUES] == [getattr(b, k) for k in _STATE_VALUES]
+
+
 @pytest.mark.parametrize("block_size", [1, 4])
 def test_a_batch_of_one_request_is_judged_and_committed_as_any_batch(block_size):
     """``apply`` takes batches of one request in Python ints; with an (empty) ``extra`` it takes the array
@@ -182,18 +200,8 @@ def test_a_batch_of_one_request_is_judged_and_committed_as_any_batch(block_size)
         running = np.flatnonzero(one.status == RUNNING)
         evict = running[:1] if running.size and rng.random() < 0.1 else np.zeros(0, dtype=np.int64)
         idx, tokens = np.array([i]), np.array([c])
-        outcomes = []
-        for state, extra in ((one, None), (arrays, empty)):
-            try:
-                outcomes.append(state.apply(idx, tokens, evict.copy(), 0.0, extra))
-            except ScheduleError as exc:
-                outcomes.append(str(exc))
-        assert outcomes[0] == outcomes[1]
-        if isinstance(outcomes[0], str):
-            errors.add(outcomes[0].split("[")[1].split("]")[0])
-        for name in _STATE_ARRAYS:
-            assert np.array_equal(getattr(one, name), getattr(arrays, name), equal_nan=True), name
-        assert [getattr(one, k) for k in _STATE_VALUES] == [getattr(arrays, k) for k in _STATE_VALUES]
+        _same_outcome((one, arrays), lambda state: state.apply(idx, tokens, evict.copy(), 0.0,
+                                                               None if state is one else empty), errors)
         if one.is_finished:
             break
     assert {"finished", "tokens", "decode-chunk", "prefill-chunk", "P"} <= errors and errors & {"M", "M-blocks"}
@@ -225,18 +233,7 @@ def test_the_chunks_of_a_batch_of_decodes_and_one_refill_are_judged_as_by_the_ma
         if rng.random() < 0.2:          # a decode of 2 tokens, or a chunk past the input
             bad = int(rng.choice(np.flatnonzero(left > 0))) if rng.random() < 0.5 and left.max() > 0 else 0
             tokens[bad] = left[bad] + 1 if left[bad] > 0 else 2
-        outcomes = []
-        for state in (fast, masked):
-            try:
-                outcomes.append(state.apply(idx, tokens, np.zeros(0, dtype=np.int64)))
-            except ScheduleError as exc:
-                outcomes.append(str(exc))
-        assert outcomes[0] == outcomes[1]
-        if isinstance(outcomes[0], str):
-            errors.add(outcomes[0].split("[")[1].split("]")[0])
-        for name in _STATE_ARRAYS:
-            assert np.array_equal(getattr(fast, name), getattr(masked, name), equal_nan=True), name
-        assert [getattr(fast, k) for k in _STATE_VALUES] == [getattr(masked, k) for k in _STATE_VALUES]
+        _same_outcome((fast, masked), lambda state: state.apply(idx, tokens, np.zeros(0, dtype=np.int64)), errors)
     assert fast.num_done >= 10 and {"decode-chunk", "prefill-chunk"} <= errors and {0, 1, 2} <= kinds
 
 
