@@ -296,11 +296,7 @@ class ServingState(ReplicaInbox):
         end = start + duration
         # 5. commit progress
         if num_new == 1:    # (mostly: its index alone, found in the statuses' bytes, in Python ints, as _apply_one)
-            i = int(idx[st.tobytes().index(WAITING)])
-            self.status[i] = RUNNING
-            if not self.first_scheduled_s[i] <= start:     # NaN (the first time) or later: fmin, as below
-                self.first_scheduled_s[i] = start
-            self.version += 1
+            self._start_running(int(idx[st.tobytes().index(WAITING)]), start)
         elif num_new:
             new_idx = idx[st == WAITING]
             self.status[new_idx] = RUNNING
@@ -349,10 +345,7 @@ class ServingState(ReplicaInbox):
         duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
         end = start + duration
         if new:
-            self.status[i] = RUNNING
-            if not self.first_scheduled_s[i] <= start:     # NaN (the first time) or later: fmin, as apply
-                self.first_scheduled_s[i] = start
-            self.version += 1
+            self._start_running(i, start)
         self.m[i] = m1
         self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
         self.prefill_tokens_left -= num_prefill_tokens
@@ -376,6 +369,14 @@ class ServingState(ReplicaInbox):
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return start, duration, BatchRecord(1, c, num_prefill_tokens, int(decode), kv, running, num_ev)
+
+    def _start_running(self, i: int, start: float) -> None:
+        """Waiting request ``i`` runs from a batch starting at ``start`` (its first time: NaN until now;
+        an earlier first time is kept, as ``np.fmin`` does for several)."""
+        self.status[i] = RUNNING
+        if not self.first_scheduled_s[i] <= start:
+            self.first_scheduled_s[i] = start
+        self.version += 1
 
     def _evict(self, j: int, evict: np.ndarray) -> None:
         """Batch ``j``'s evictions (``apply``, step 1): drop the KV of the running requests ``evict``."""
