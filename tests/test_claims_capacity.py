@@ -1,4 +1,7 @@
-"""The capacity claims module (notebooks/claims_capacity.py) on a tiny sweep: its table, figure and claim rows."""
+"""The capacity claims module (notebooks/claims_capacity.py) on a tiny sweep: its table, figure and claim rows.
+
+Slow (about 6 CPU-s): it runs 12 simulations of notebook 09's sweep; the default run keeps the committed
+claims table checked (tests/test_findings.py) and this runs with -m slow, like notebook 09 itself."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notebooks"))
 
 
+@pytest.mark.slow
 def test_capacity_claims_on_a_small_sweep():
     import matplotlib
     matplotlib.use("Agg")
