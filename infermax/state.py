@@ -92,6 +92,10 @@ class ServingState(ReplicaInbox):
         if not dispatched:
             workload.check_fits(limits)
         self.workload, self.limits, self.cost = workload, limits, cost
+        # the cost model's batch time from the sums apply has (a batch of decodes and at most one (re)fill),
+        # when it has one: the same floats as ``cost.batch_time``
+        timer = getattr(cost, "sums_timer", None)
+        self._timer = timer() if timer is not None else None
         n = len(workload)
         self.input_lens = workload.input_lens
         self.output_lens = workload.output_lens
@@ -289,7 +293,12 @@ class ServingState(ReplicaInbox):
         blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
         # 4. time
         if extra is None:
-            duration = self.cost.batch_time(tokens, m0, is_decode)
+            if self._timer is not None and one >= -(num_decode == n) and tokens.dtype.kind == "i":
+                kv_read = num_tokens + int(_sum(m0))    # Σ (m + c), less the (re)fill's below
+                c, m = (int(tokens[one]), int(m0[one])) if one >= 0 else (0, 0)
+                duration = self._timer(n, num_tokens, num_decode, kv_read - c - m, c, m)
+            else:
+                duration = self.cost.batch_time(tokens, m0, is_decode)
         else:
             duration = self.cost.batch_time(np.concatenate((tokens, extra[0])), np.concatenate((m0, extra[1])),
                                             np.concatenate((is_decode, extra[2])))
@@ -342,7 +351,10 @@ class ServingState(ReplicaInbox):
         kv, running = self.kv_used + c, self.num_running + new
         m0_arr = self.m[idx]
         blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens)
-        duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
+        if self._timer is not None and tokens.dtype.kind == "i":
+            duration = self._timer(1, c, int(decode), m1, c, m0) if decode else self._timer(1, c, 0, 0, c, m0)
+        else:
+            duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
         end = start + duration
         if new:
             self._start_running(i, start)
