@@ -284,8 +284,9 @@ class ServingState(ReplicaInbox):
         is_decode = m0 >= inp0
         m1 = m0 + tokens
         num_tokens = int(_sum(tokens))
-        num_decode = int(np.count_nonzero(is_decode))
-        one = int(is_decode.argmin()) if num_decode == n - 1 else -1    # the one (re)fill among decodes
+        flags = is_decode.tobytes()      # (a byte each: counted and searched without a NumPy call)
+        num_decode = flags.count(1)
+        one = flags.index(0) if num_decode == n - 1 else -1    # the one (re)fill among decodes
         self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
@@ -432,7 +433,7 @@ class ServingState(ReplicaInbox):
             slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
             self._slot[idx] = slots
             back = self._slot[idx]
-            if int(_sum(back)) != n * (n - 1) // 2:   # back[k] >= k, all equal only when no index repeats
+            if back.tobytes() != slots.tobytes():     # (compared as bytes: no NumPy call)
                 k = int(idx[np.argmax(back != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(self.workload.ids[k]))
         if int(_min(tokens)) < 1:
@@ -519,13 +520,14 @@ class ServingState(ReplicaInbox):
                 self.first_token_s[first] = end
         self.decode_tokens_left -= int(g_idx.size)
         if self._stop is None:
-            fin = g_idx[g == self.output_lens[g_idx]]
-        else:
-            fin = g_idx[g == self._stop[g_idx]]
-            if fin.size:
-                self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
-                self.decode_tokens_left -= int(_sum(self.output_lens[fin] - gen[fin]))   # left elsewhere
+            done = g == self.output_lens[g_idx]
+            if 1 in done.tobytes():     # (mostly none completes: looked for without a NumPy call)
+                self._complete(g_idx[done], end)
+            return
+        fin = g_idx[g == self._stop[g_idx]]
         if fin.size:
+            self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
+            self.decode_tokens_left -= int(_sum(self.output_lens[fin] - gen[fin]))   # left elsewhere
             self._complete(fin, end)
 
 
