@@ -199,19 +199,28 @@ class GetNextBatch(Scheduler):
         return act[run], act[~run]
 
     # --- hook 1: GroupRequests --------------------------------------------------------
-    def group_requests(self, state: ServingState) -> list[tuple[np.ndarray, int]]:
+    def group_requests(self, state: ServingState, all_decode: bool | None = None) -> list[tuple[np.ndarray, int]]:
         """Groups of candidates in priority order, each tagged with what its members are
-        (all decodes, all running prefills, all waiting, or mixed)."""
+        (all decodes, all running prefills, all waiting, or mixed). ``all_decode``: whether every
+        running request decodes, when the caller knows (None: looked up)."""
         running, waiting, active = self._sets(state)
         prio = self.policy.priority
         if prio == "prefill":
             return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked_prefill else DECODE_GROUP)]
         if prio == "decode":
-            dec = state.m[running] >= state.inp[running]
-            if np.count_nonzero(dec) == running.size:     # (usually, at decode priority: no split)
+            if all_decode is None:
+                all_decode = self._all_decode(state, running)
+            if all_decode:     # (usually, at decode priority: no split)
                 return [(running, DECODE_GROUP), (_NONE, PREFILL_GROUP), (waiting, WAITING_GROUP)]
+            dec = state.m[running] >= state.inp[running]
             return [(running[dec], DECODE_GROUP), (running[~dec], PREFILL_GROUP), (waiting, WAITING_GROUP)]
         return [(active, MIXED_GROUP)]
+
+    @staticmethod
+    def _all_decode(state: ServingState, running: np.ndarray) -> bool:
+        """Whether every one of the ``running`` requests is in decode phase (the flags' bytes searched for a
+        0, without a NumPy call)."""
+        return 0 not in (state.m[running] >= state.inp[running]).tobytes()
 
     # --- the loop ------------------------------------------------------------------------
     def _blk(self, tokens):
@@ -242,10 +251,15 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        mem_free = self._blocks - int(_sum(self._reserved(state, running)))
+        all_decode = self._all_decode(state, running) if self.policy.priority == "decode" else None
+        if all_decode and self._bs == 1 and not self._ef:
+            reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
+        else:
+            reserved = int(_sum(self._reserved(state, running)))
+        mem_free = self._blocks - reserved
         b = _Builder(self._C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
                      self._pins.start(state, running))
-        for group, kind in self.group_requests(state):
+        for group, kind in self.group_requests(state, all_decode):
             if group.size:
                 if b.evicted:
                     group = group[self._stamp[group] != b.j]
