@@ -275,18 +275,29 @@ class LinearCostModel(CostModel):
         would start at or after ``stop_s`` (None: all ``num_steps``): (their durations, their starts and
         then the end of the last). The same floats as those durations summed one after another, computed
         only for the batches that run (the simulator's fast path usually stops at the next arrival)."""
-        cls = type(self)
-        if (cls.batch_time is not LinearCostModel.batch_time
-                or cls.decode_run_times is not LinearCostModel.decode_run_times):   # not the closed form
+        timer = self.decode_run_timer()
+        if timer is None:       # not the closed form
             durations = self.decode_run_times(kv_before, num_steps).tolist()
             starts = list(accumulate(durations, initial=start_s))
             if stop_s is not None:
                 num_steps = min(num_steps, bisect_left(starts, stop_s, 0, num_steps))
             return durations[:num_steps], starts[:num_steps + 1]
+        return timer(int(kv_before.size), int(_sum(kv_before)), num_steps, start_s, stop_s)
+
+    def decode_run_timer(self) -> "Callable[[int, int, int, float, float | None], tuple[list, list]] | None":
+        """:meth:`decode_run_starts` of ``n`` requests holding ``kv_sum`` tokens in all, from those two sums
+        (the state keeps them across a run): ``timer(n, kv_sum, num_steps, start_s, stop_s)``, the same
+        floats; None when a subclass times batches otherwise."""
+        cls = type(self)
+        if cls.batch_time is LinearCostModel.batch_time and cls.decode_run_times is LinearCostModel.decode_run_times:
+            return self._run_starts_of_sums
+        return None
+
+    def _run_starts_of_sums(self, n: int, kv_sum: int, num_steps: int, start_s: float, stop_s: float | None
+                            ) -> tuple[list[float], list[float]]:
         lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
-        n = int(kv_before.size)
         base = max([a + b * float(n) for a, b in lines]) + req * float(n)
-        kv = int(_sum(kv_before)) + n                   # KV read by the first batch, as decode_run_times
+        kv = kv_sum + n                                 # KV read by the first batch, as decode_run_times
         stop = math.inf if stop_s is None else stop_s
         durations, starts, t = [], [start_s], start_s
         for _ in range(num_steps):

@@ -96,6 +96,8 @@ class ServingState(ReplicaInbox):
         # when it has one: the same floats as ``cost.batch_time``
         timer = getattr(cost, "sums_timer", None)
         self._timer = timer() if timer is not None else None
+        timer = getattr(cost, "decode_run_timer", None)     # (and a decode run's, from the run's Σ m)
+        self._run_timer = timer() if timer is not None else None
         n = len(workload)
         self.input_lens = workload.input_lens
         self.output_lens = workload.output_lens
@@ -542,8 +544,8 @@ class ServingState(ReplicaInbox):
         segment starts after each batch that completes a request).
         """
         m0 = self.m[idx]
-        # (the statuses as bytes: counted without a NumPy call)
-        if self.status[idx].tobytes().count(RUNNING) != idx.size or np.count_nonzero(m0 < self.inp[idx]):
+        # (the statuses and the flags as bytes: counted and searched without a NumPy call)
+        if self.status[idx].tobytes().count(RUNNING) != idx.size or 1 in (m0 < self.inp[idx]).tobytes():
             raise ScheduleError(self.num_batches, "decode-run",
                                 "a decode run may hold only running decode-phase requests")
         if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
@@ -551,11 +553,12 @@ class ServingState(ReplicaInbox):
                                 "leaves this replica after its first token (hand_off)")
         left = self.output_lens[idx] - self.gen[idx]      # batches until each request completes (>= 1)
         nxt = self.next_arrival_s
+        kv_sum = int(_sum(m0))          # Σ m of the run's requests, then kept in Python ints
         segments: list[DecodeSegment] = []
         while num_steps > 0:
             first_done = int(_min(left))
             steps = min(num_steps, first_done)            # the last of these may complete requests
-            segment = self._decode_segment(idx, m0, steps, nxt)
+            segment = self._decode_segment(idx, m0, kv_sum, steps, nxt)
             if segment is None:
                 break
             segments.append(segment)
@@ -564,7 +567,7 @@ class ServingState(ReplicaInbox):
             num_steps -= steps
             left -= steps
             fin = left == 0
-            self._complete(idx[fin], self.clock_s)
+            kv_sum += idx.size * steps - self._complete(idx[fin], self.clock_s)
             keep = ~fin
             idx, left = idx[keep], left[keep]
             if not idx.size:
@@ -574,13 +577,16 @@ class ServingState(ReplicaInbox):
             self.admit_arrivals()
         return segments
 
-    def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, num_steps: int,
+    def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, kv_sum: int, num_steps: int,
                         next_arrival_s: float | None) -> DecodeSegment | None:
-        """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``) completing no request
-        before the last, stopping before the first that would start at or after ``next_arrival_s``."""
+        """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``, ``kv_sum`` in all) completing
+        no request before the last, stopping before the first that would start at or after ``next_arrival_s``."""
         j = self.num_batches
         n = int(idx.size)
-        durations, starts = self._run_starts(m0, num_steps, next_arrival_s)
+        if self._run_timer is not None:
+            durations, starts = self._run_timer(n, kv_sum, num_steps, self.clock_s, next_arrival_s)
+        else:
+            durations, starts = self._run_starts(m0, num_steps, next_arrival_s)
         num_steps = len(durations)
         if num_steps <= 0:
             return None
@@ -626,11 +632,13 @@ class ServingState(ReplicaInbox):
             num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
         return durations[:num_steps], starts[:num_steps + 1]
 
-    def _complete(self, fin: np.ndarray, end_s: float) -> None:
-        """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV."""
+    def _complete(self, fin: np.ndarray, end_s: float) -> int:
+        """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV
+        (returned, in tokens)."""
         m = self.m
         self.completion_s[fin] = end_s
-        self.kv_used -= int(_sum(m[fin]))
+        freed = int(_sum(m[fin]))
+        self.kv_used -= freed
         if self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
         m[fin] = 0
@@ -638,6 +646,7 @@ class ServingState(ReplicaInbox):
         self.num_running -= int(fin.size)
         self.num_done += int(fin.size)
         self.version += 1
+        return freed
 
     def _blocks_after_decodes(self, m0: np.ndarray, num_steps: int) -> tuple[int, int | None]:
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,
