@@ -308,21 +308,32 @@ class GetNextBatch(Scheduler):
         if not n or n > self._C:
             return running, 0
         m, inp = state.m[running], state.inp[running]
-        left = state.output_lens[running] - state.gen[running]      # batches until each completes
+        # (the flags' bytes searched: no NumPy call)
         if waiting.size:
-            if plan.idx.size != n or np.count_nonzero(m <= inp):    # (m == inp: a prefill completed in this batch)
+            if plan.idx.size != n or 1 in (m <= inp).tobytes():    # (m == inp: a prefill completed in this batch)
                 return running, 0
-            running, horizon = plan.idx, int(_min(left)) - 1      # (the same requests in the same order)
-        elif np.count_nonzero(m < inp):
+            running, horizon = plan.idx, self._first_done(state, running) - 1   # (the same requests in the same order)
+        elif 1 in (m < inp).tobytes():
             return running, 0
+        elif self._pins.active:
+            horizon = self._first_done(state, running) - 1
+        elif self._bs == 1 and not self._ef:
+            # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used. A run ends with its last
+            # request (apply_decode_run): no need to count the batches until then, only the KV bound can cut it
+            return running, max((self._blocks - state.kv_used) // n, 0)
         else:
-            horizon = int(_min(left)) - 1 if self._pins.active else int(_max(left))
+            horizon = int(_max(state.output_lens[running] - state.gen[running]))     # the last completion
         if not self._ef:
-            if self._bs == 1:    # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used
+            if self._bs == 1:
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
                 horizon = min(horizon, self._decode_steps(m, self._blocks - int(_sum(self._reserved(state, running)))))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
+
+    @staticmethod
+    def _first_done(state: ServingState, running: np.ndarray) -> int:
+        """Batches until the first of the ``running`` requests completes."""
+        return int(_min(state.output_lens[running] - state.gen[running]))
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
         """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""
