@@ -21,6 +21,7 @@ and take them away (`replica_inbox`, inherited), and the read-only view a schedu
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from itertools import accumulate
 from typing import NamedTuple
@@ -134,6 +135,9 @@ class ServingState(ReplicaInbox):
             self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
             self._num_queued = n
         self._next_arrival = 0
+        # the admission time of the request at _next_arrival (inf: none queued), as a Python float; good while
+        # _num_queued is _head_key (a dispatch queues a request; only admit_arrivals moves _next_arrival)
+        self._head_s, self._head_key = math.inf, -1
         self.horizon_s: float | None = None   # dispatched: the next time the engine may dispatch here
         self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
         self._active_upto = 0                        # arrivals (in arrival order) already in _active
@@ -174,8 +178,9 @@ class ServingState(ReplicaInbox):
     @property
     def next_arrival_s(self) -> float | None:
         """Arrival time of the next request not yet arrived (None if all arrived)."""
-        own = (float(self._admit_s[self._arrival_order[self._next_arrival]])
-               if self._next_arrival < self._num_queued else None)
+        if self._head_key != self._num_queued:
+            self._note_head()
+        own = self._head_s if self._next_arrival < self._num_queued else None
         if self.horizon_s is None:
             return own
         return self.horizon_s if own is None else min(own, self.horizon_s)
@@ -228,6 +233,8 @@ class ServingState(ReplicaInbox):
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
+        if self._head_key == self._num_queued and self._head_s > self.clock_s:
+            return      # (the next one is not due: known without indexing the arrays)
         order, k, n = self._arrival_order, self._next_arrival, self._num_queued
         while k < n and self._admit_s[order[k]] <= self.clock_s:
             self.status[order[k]] = WAITING
@@ -237,6 +244,12 @@ class ServingState(ReplicaInbox):
         if k != self._next_arrival:
             self._next_arrival = k
             self.version += 1
+        self._note_head()
+
+    def _note_head(self) -> None:
+        """Remember when the request at ``_next_arrival`` is admitted, and for which queue."""
+        k, n = self._next_arrival, self._num_queued
+        self._head_s, self._head_key = float(self._admit_s[self._arrival_order[k]]) if k < n else math.inf, n
 
     def advance_clock(self, time_s: float) -> None:
         """Idle until ``time_s`` (never backwards), then admit arrivals."""
@@ -297,7 +310,9 @@ class ServingState(ReplicaInbox):
         # 4. time
         if extra is None:
             if self._timer is not None and one >= -(num_decode == n) and tokens.dtype.kind == "i":
-                kv_read = num_tokens + int(_sum(m0))    # Σ (m + c), less the (re)fill's below
+                # Σ (m + c), less the (re)fill's below; Σ m is kv_used when every running request is in the batch
+                # (the others in it wait, holding no KV)
+                kv_read = num_tokens + (self.kv_used if n - num_new == self.num_running else int(_sum(m0)))
                 c, m = (int(tokens[one]), int(m0[one])) if one >= 0 else (0, 0)
                 duration = self._timer(n, num_tokens, num_decode, kv_read - c - m, c, m)
             else:

@@ -257,3 +257,37 @@ def test_decode_run_starts_are_the_decode_run_times_added_up_to_the_stop(cost):
         stop = None if rng.random() < 0.2 else float(start + rng.uniform(-0.01, sum(times) * 1.2))
         k = steps if stop is None else bisect_left(starts, stop, 0, steps)
         assert cost.decode_run_starts(kv, steps, start, stop) == (times[:k], starts[:k + 1])
+
+
+def test_a_batch_timed_from_its_sums_takes_the_time_batch_time_gives():
+    """``apply`` times a batch of decodes and at most one (re)fill from its sums (Σ m is the KV in use when
+    every running request is in it); a cost model whose ``batch_time`` is its own takes the arrays: the same
+    times, errors and state after random batches (all the running requests or some, after evictions too)."""
+    rng = np.random.default_rng(13)
+    w = make_workload([(int(rng.integers(1, 30)), int(rng.integers(2, 40))) for _ in range(14)])
+    lim = Limits(M=400, C=80)
+    sums, arrays = ServingState(w, lim, LinearCostModel()), ServingState(w, lim, _StepByStep())
+    assert sums._timer is not None and arrays._timer is None
+    errors, kinds = set(), set()
+    for _ in range(1500):
+        active = sums.active
+        if not active.size:
+            break
+        st = sums.status[active]
+        running, waiting = active[st == RUNNING], active[st == WAITING]
+        evict = np.zeros(0, dtype=np.int64)
+        if running.size > 1 and rng.random() < 0.15:
+            evict, running = running[-1:], running[:-1]
+        if rng.random() < 0.6:     # every running request, and maybe one waiting
+            idx = np.concatenate((running, rng.permutation(waiting)[:int(rng.integers(0, 2))]))
+        else:
+            idx = rng.permutation(np.setdiff1d(active, evict))[:int(rng.integers(1, active.size + 1))]
+        if not idx.size:
+            continue
+        left = sums.inp[idx] - sums.m[idx]
+        left[sums.status[idx] == WAITING] = sums.inp[idx][sums.status[idx] == WAITING]
+        tokens = np.where(left > 0, rng.integers(1, np.maximum(left, 1) + 1), 1)
+        whole = np.isin(running, idx).all()
+        kinds.add((bool(whole), int(np.count_nonzero(left > 0))))
+        _same_outcome((sums, arrays), lambda state: state.apply(idx, tokens, evict.copy()), errors)
+    assert sums.num_done >= 10 and {(True, 0), (True, 1), (False, 0), (False, 1)} <= kinds
