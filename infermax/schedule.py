@@ -379,9 +379,8 @@ class ScheduleWriter:
         return recent[0][1]
 
     def _write(self, text: str, repeat: int) -> None:
-        self._file.write(text if self.num_batches == 0 else "," + text)
-        if repeat > 1:
-            self._file.write(("," + text) * (repeat - 1))
+        more = "," + text
+        self._file.write(text + more * (repeat - 1) if self.num_batches == 0 else more * repeat)   # (one write)
         self.num_batches += repeat
 
     def close(self) -> None:
