@@ -39,6 +39,7 @@ from .types import Limits, Workload
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
 # the is_decode of a batch of one request, read-only (ServingState._apply_one)
 _ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+_DONE_BYTE = bytes([DONE])      # a DONE status among the statuses' bytes (ServingState._not_done)
 _ONE_DECODE.setflags(write=False)
 _ONE_PREFILL.setflags(write=False)
 
@@ -220,16 +221,26 @@ class ServingState(ReplicaInbox):
             kept = self._active
             if not same_done:   # some finished: only then can a listed or a newly admitted request be DONE
                 self._active_done = self.num_done
-                kept = kept[self.status[kept] != DONE] if kept.size else kept
+                kept = self._not_done(kept)
             if self._active_upto < self._next_arrival:
                 new = self._arrival_order[self._active_upto:self._next_arrival]
                 if not same_done:
-                    new = new[self.status[new] != DONE]
+                    new = self._not_done(new)
                 kept = np.concatenate((kept, new)) if kept.size else new.copy()
                 self._active_upto = self._next_arrival
             kept.setflags(write=False)
             self._active, self._active_version = kept, self.version
         return self._active
+
+    def _not_done(self, idx: np.ndarray) -> np.ndarray:
+        """``idx`` without its DONE requests: a slice when they lead (the oldest finish first, usually), else
+        a mask (the statuses' bytes counted and searched, without a NumPy call)."""
+        st = self.status[idx]
+        codes = st.tobytes()
+        num_done = codes.count(DONE)
+        if codes.startswith(_DONE_BYTE * num_done):
+            return idx[num_done:]
+        return idx[st != DONE]
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
