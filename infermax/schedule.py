@@ -263,6 +263,9 @@ class Schedule:
 
 # --- writing a schedule one batch at a time ---------------------------------------------
 
+_INT64_DTYPE = np.dtype(np.int64)
+
+
 class _IntText(dict):
     """``str`` of integers, remembered (a running request's id is written in batch after batch)."""
 
@@ -357,7 +360,7 @@ class ScheduleWriter:
         decode run after its oldest requests complete), plus any at the end (a request joining the running
         ones, after a batch of its own prefill), the text of the ids kept is reused and only the ones
         added are formatted."""
-        if ids.dtype != np.int64:      # (the remembered ids are int64 bytes)
+        if ids.dtype is not _INT64_DTYPE:      # (the remembered ids are int64 bytes; the dtype object is NumPy's one)
             return _ints(ids, texts)
         raw = ids.tobytes()
         recent = self._recent

@@ -464,7 +464,7 @@ class ServingState(ReplicaInbox):
             if back.tobytes() != slots.tobytes():     # (compared as bytes: no NumPy call)
                 k = int(idx[np.argmax(back != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(self.workload.ids[k]))
-        if int(_min(tokens)) < 1:
+        if 1 in (tokens < 1).tobytes():       # (a flag byte searched: no reduction)
             k = int(np.argmin(tokens))
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
         return num_new
@@ -663,7 +663,7 @@ class ServingState(ReplicaInbox):
         (returned, in tokens)."""
         m = self.m
         self.completion_s[fin] = end_s
-        freed = int(_sum(m[fin]))
+        freed = sum(m[fin].tolist())     # (a few: Python ints cost less than a reduction)
         self.kv_used -= freed
         if self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
