@@ -309,10 +309,13 @@ class ServingState(ReplicaInbox):
         inp0 = self.inp[idx]
         is_decode = m0 >= inp0
         m1 = m0 + tokens
-        num_tokens = int(_sum(tokens))
         flags = is_decode.tobytes()      # (a byte each: counted and searched without a NumPy call)
         num_decode = flags.count(1)
         one = flags.index(0) if num_decode == n - 1 else -1    # the one (re)fill among decodes
+        if one >= -(num_decode == n) and tokens.dtype.kind == "i" and (tokens == 1).tobytes() == flags:
+            num_tokens = num_decode + (int(tokens[one]) if one >= 0 else 0)    # (a 1 for each decode alone)
+        else:
+            num_tokens = int(_sum(tokens))
         self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
@@ -577,12 +580,15 @@ class ServingState(ReplicaInbox):
         if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
             raise ScheduleError(self.num_batches, "decode-run", "a decode run may not hold a request that "
                                 "leaves this replica after its first token (hand_off)")
-        left = self.output_lens[idx] - self.gen[idx]      # batches until each request completes (>= 1)
+        run = idx
+        left = self.output_lens[run] - self.gen[run]      # batches until each request completes (>= 1)
+        ends = np.sort(left).tolist()   # the same, in order: the next completion read off in Python ints
         nxt = self.next_arrival_s
         kv_sum = int(_sum(m0))          # Σ m of the run's requests, then kept in Python ints
+        done, e = 0, 0                  # batches applied; ends[e], the first completion after them
         segments: list[DecodeSegment] = []
         while num_steps > 0:
-            first_done = int(_min(left))
+            first_done = ends[e] - done
             steps = min(num_steps, first_done)            # the last of these may complete requests
             segment = self._decode_segment(idx, m0, kv_sum, steps, nxt)
             if segment is None:
@@ -591,13 +597,13 @@ class ServingState(ReplicaInbox):
             if segment.num_batches < steps or steps < first_done:   # an arrival, or the run's end
                 break
             num_steps -= steps
-            left -= steps
-            fin = left == 0
-            kv_sum += idx.size * steps - self._complete(idx[fin], self.clock_s)
-            keep = ~fin
-            idx, left = idx[keep], left[keep]
+            done += steps
+            kv_sum += idx.size * steps - self._complete(run[left == done], self.clock_s)
+            idx = run[left > done]      # (in the run's order)
             if not idx.size:
                 break
+            while ends[e] <= done:
+                e += 1
             m0 = self.m[idx]
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()

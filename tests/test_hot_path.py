@@ -287,7 +287,21 @@ def test_a_batch_timed_from_its_sums_takes_the_time_batch_time_gives():
         left = sums.inp[idx] - sums.m[idx]
         left[sums.status[idx] == WAITING] = sums.inp[idx][sums.status[idx] == WAITING]
         tokens = np.where(left > 0, rng.integers(1, np.maximum(left, 1) + 1), 1)
+        if rng.random() < 0.05 and (left <= 0).any():        # a decode of 2 tokens
+            tokens[int(rng.choice(np.flatnonzero(left <= 0)))] = 2
         whole = np.isin(running, idx).all()
         kinds.add((bool(whole), int(np.count_nonzero(left > 0))))
-        _same_outcome((sums, arrays), lambda state: state.apply(idx, tokens, evict.copy()), errors)
+        m0, dec, ran = sums.m[idx].astype(float), sums.m[idx] >= sums.inp[idx], []
+
+        def apply(state):
+            out = state.apply(idx, tokens, evict.copy())
+            if state is sums:
+                ran.append(out)
+            return out
+        _same_outcome((sums, arrays), apply, errors)
+        if ran:     # the sums against the array formula (float inputs: no sum taken from the state)
+            _, duration, record = ran[0]
+            assert record.num_tokens == int(tokens.sum())
+            assert duration == arrays.cost.batch_time(tokens.astype(float), m0, dec)
     assert sums.num_done >= 10 and {(True, 0), (True, 1), (False, 0), (False, 1)} <= kinds
+    assert "decode-chunk" in errors
