@@ -144,6 +144,7 @@ class ServingState(ReplicaInbox):
         self._active_upto = 0                        # arrivals (in arrival order) already in _active
         self._active_version = 0
         self._active_done = 0                        # num_done as of _active
+        self._active_lo = 0     # _active is _arrival_order[_active_lo:_active_upto] (-1: not a slice of it)
         # per-request records
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -218,29 +219,36 @@ class ServingState(ReplicaInbox):
             if same_done and self._active_upto == self._next_arrival:
                 self._active_version = self.version     # only WAITING <-> RUNNING changes: the same set
                 return self._active
-            kept = self._active
+            kept, lo = self._active, self._active_lo
             if not same_done:   # some finished: only then can a listed or a newly admitted request be DONE
                 self._active_done = self.num_done
-                kept = self._not_done(kept)
-            if self._active_upto < self._next_arrival:
-                new = self._arrival_order[self._active_upto:self._next_arrival]
+                kept, lo = self._not_done(kept, lo)
+            upto = self._active_upto
+            if upto < self._next_arrival:
+                new = self._arrival_order[upto:self._next_arrival]
                 if not same_done:
-                    new = self._not_done(new)
-                kept = np.concatenate((kept, new)) if kept.size else new.copy()
+                    new, new_lo = self._not_done(new, upto)
+                    lo = lo if new_lo == upto else -1
+                if lo >= 0:     # the arrival order from lo on: a slice of it, nothing copied
+                    kept = self._arrival_order[lo:self._next_arrival]
+                else:
+                    kept = np.concatenate((kept, new)) if kept.size else new.copy()
                 self._active_upto = self._next_arrival
+            self._active_lo = lo
             kept.setflags(write=False)
             self._active, self._active_version = kept, self.version
         return self._active
 
-    def _not_done(self, idx: np.ndarray) -> np.ndarray:
-        """``idx`` without its DONE requests: a slice when they lead (the oldest finish first, usually), else
-        a mask (the statuses' bytes counted and searched, without a NumPy call)."""
+    def _not_done(self, idx: np.ndarray, lo: int) -> tuple[np.ndarray, int]:
+        """``idx`` (``_arrival_order[lo:]`` up to its size, or lo = -1) without its DONE requests, and where
+        the rest starts in the arrival order (-1: not a slice of it): a slice when they lead (the oldest
+        finish first, usually), else a mask (the statuses' bytes counted and searched, without a NumPy call)."""
         st = self.status[idx]
         codes = st.tobytes()
         num_done = codes.count(DONE)
         if codes.startswith(_DONE_BYTE * num_done):
-            return idx[num_done:]
-        return idx[st != DONE]
+            return idx[num_done:], lo + num_done if lo >= 0 else -1
+        return idx[st != DONE], -1
 
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
