@@ -372,8 +372,8 @@ class ScheduleWriter:
                     if drop is not None:
                         text = last_text.split(",", drop)[drop] if drop else last_text
                         kept = len(last) // 8 - drop
-                        if kept < ids.size:
-                            text += "," + _ints(ids[kept:], texts)
+                        if kept < ids.size:     # (new requests: their ids' text is not remembered)
+                            text += "," + _ints(ids[kept:])
                         break
             if text is None:
                 text = _ints(ids, texts)

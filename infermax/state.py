@@ -653,9 +653,9 @@ class ServingState(ReplicaInbox):
         # (``_last_batch`` is not kept here: it is read only for a (re)fill, and a decoding request starts
         # one only after an eviction, from m = 0, its first batch setting it before any read)
         self.kv_used = kv[-1]
-        self.clock_s = starts[num_steps]
+        self.clock_s = starts.pop()      # (the end of the last batch; the rest are their starts)
         self.num_batches = j + num_steps
-        return DecodeSegment(idx, num_steps, starts[:num_steps], durations, kv, self.num_running)
+        return DecodeSegment(idx, num_steps, starts, durations, kv, self.num_running)
 
     def _run_starts(self, m0: np.ndarray, num_steps: int, next_arrival_s: float | None
                     ) -> tuple[list[float], list[float]]:
