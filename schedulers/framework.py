@@ -251,8 +251,9 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        all_decode = self._all_decode(state, running) if self.policy.priority == "decode" else None
-        if all_decode and self._bs == 1 and not self._ef:
+        tokens_kv = self._bs == 1 and not self._ef      # (a request reserves max(m, inp) tokens)
+        all_decode = self._all_decode(state, running) if tokens_kv or self.policy.priority == "decode" else None
+        if all_decode and tokens_kv:
             reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
         else:
             reserved = int(_sum(self._reserved(state, running)))
