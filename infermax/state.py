@@ -590,9 +590,10 @@ class ServingState(ReplicaInbox):
                                 "leaves this replica after its first token (hand_off)")
         run = idx
         left = self.output_lens[run] - self.gen[run]      # batches until each request completes (>= 1)
-        ends = np.sort(left).tolist()   # the same, in order: the next completion read off in Python ints
+        ends = sorted(left.tolist())    # the same, in order: the next completion read off in Python ints
         nxt = self.next_arrival_s
-        kv_sum = int(_sum(m0))          # Σ m of the run's requests, then kept in Python ints
+        # Σ m of the run's requests, then kept in Python ints: kv_used when they are every running request
+        kv_sum = self.kv_used if idx.size == self.num_running else int(_sum(m0))
         done, e = 0, 0                  # batches applied; ends[e], the first completion after them
         segments: list[DecodeSegment] = []
         while num_steps > 0:

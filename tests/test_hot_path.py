@@ -305,3 +305,42 @@ def test_a_batch_timed_from_its_sums_takes_the_time_batch_time_gives():
             assert duration == arrays.cost.batch_time(tokens.astype(float), m0, dec)
     assert sums.num_done >= 10 and {(True, 0), (True, 1), (False, 0), (False, 1)} <= kinds
     assert "decode-chunk" in errors
+
+
+def test_a_decode_run_timed_from_its_sums_is_the_one_the_array_formula_gives():
+    """``apply_decode_run`` keeps the run's Σ m in Python ints (kv_used when the run holds every running
+    request) and reads its completions off the sorted batches left; a cost model whose ``batch_time`` is its
+    own times the run from the arrays: the same segments, errors and state after random runs of all the
+    running requests or some of them."""
+    rng = np.random.default_rng(17)
+    w = make_workload([(int(rng.integers(1, 20)), int(rng.integers(2, 30))) for _ in range(16)],
+                      arrivals=sorted(rng.uniform(0, 0.2, 16).tolist()))
+    lim = Limits(M=500, C=64)
+    sums, arrays = ServingState(w, lim, LinearCostModel()), ServingState(w, lim, _StepByStep())
+    assert sums._run_timer is not None and arrays._run_timer is None
+    none = np.zeros(0, dtype=np.int64)
+    errors, kinds = set(), set()
+    for _ in range(600):
+        if sums.is_finished:
+            break
+        active = sums.active
+        if not active.size:
+            nxt = sums.next_arrival_s
+            for state in (sums, arrays):
+                state.advance_clock(nxt)
+            continue
+        st = sums.status[active]
+        running, waiting = active[st == RUNNING], active[st == WAITING]
+        if waiting.size and (rng.random() < 0.4 or not running.size):    # a prompt, whole, beside the decodes
+            idx = np.concatenate((running, waiting[:1]))
+            tokens = np.ones(idx.size, dtype=np.int64)
+            tokens[-1] = sums.inp[waiting[0]]
+            _same_outcome((sums, arrays), lambda state: state.apply(idx, tokens, none), errors)
+            continue
+        run = running if rng.random() < 0.6 else rng.permutation(running)[:int(rng.integers(1, running.size + 1))]
+        steps = int(rng.integers(1, 40))
+        kinds.add(bool(run.size == sums.num_running))
+        _same_outcome((sums, arrays), lambda state: [
+            (g.idx.tolist(), g.num_batches, g.starts_s, g.durations_s, list(g.kv_tokens), g.num_running)
+            for g in state.apply_decode_run(run, steps)], errors)
+    assert sums.is_finished and kinds == {True, False}
