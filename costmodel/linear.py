@@ -43,7 +43,7 @@ from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields
 from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -208,32 +208,51 @@ class LinearCostModel(CostModel):
                    k.prefill_token_s, k.request_s)
 
     def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
-        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
         num_tokens = _sum(tokens)
-        n_tok = float(num_tokens)
-        t = max([a + b * n_tok for a, b in lines]) + req * float(tokens.size)
+        n = tokens.size
         num_decode = int(np.count_nonzero(is_decode))
-        if num_decode == tokens.size:
-            t += d_bias + d_kv * float(_sum(kv_before + tokens))
-        elif num_decode == tokens.size - 1 and tokens.dtype.kind == kv_before.dtype.kind == "i":
+        if num_decode == n and n:
+            return self._time_of_sums(n, num_tokens, n, _sum(kv_before + tokens), 0, 0)
+        if num_decode == n - 1 and tokens.dtype.kind == kv_before.dtype.kind == "i":
             # one prefill chunk, alone or among decodes: the sums in Python ints, exact as NumPy's integer
             # sums are, with no array operation per term
             k = int(is_decode.argmin())
             c, m = int(tokens[k]), int(kv_before[k])
-            if num_decode:
-                t += d_bias + d_kv * float(int(num_tokens) + int(_sum(kv_before)) - c - m)
-            t += p_bias + p_attn * (0.5 * float(c * (2 * m + c + 1)))
-            if p_tok:
-                t += p_tok * float(c)
-            return float(t)
+            return self._time_of_sums(n, num_tokens, num_decode, int(num_tokens) + int(_sum(kv_before)) - c - m, c, m)
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
+        n_tok = float(num_tokens)
+        t = max([a + b * n_tok for a, b in lines]) + req * float(n)
+        if num_decode == n:     # (an empty batch)
+            t += d_bias + d_kv * float(_sum(kv_before + tokens))
         elif num_decode:
             t += d_bias + d_kv * float(_sum((kv_before + tokens)[is_decode]))
-        if num_decode < tokens.size:
+        if num_decode < n:
             pf = ~is_decode
             c = tokens[pf]
             t += p_bias + p_attn * (0.5 * float(np.dot(c, 2 * kv_before[pf] + c + 1)))
             if p_tok:
                 t += p_tok * float(_sum(c))
+        return float(t)
+
+    def sums_timer(self) -> "Callable[[int, int, int, int, int, int], float] | None":
+        """:meth:`batch_time` of a batch of decodes and at most one prefill chunk, from its sums (the state
+        has them already): ``timer(num_requests, num_tokens, num_decode, decode_kv, chunk, chunk_kv)``,
+        ``decode_kv`` the decodes' Σ (m + c), ``chunk`` the one (re)fill's tokens (when
+        ``num_decode < num_requests``) after ``chunk_kv`` cached. The same float operations as ``batch_time``,
+        which calls it; None when a subclass times batches otherwise."""
+        return self._time_of_sums if type(self).batch_time is LinearCostModel.batch_time else None
+
+    def _time_of_sums(self, num_requests: int, num_tokens: int, num_decode: int, decode_kv: int, chunk: int,
+                      chunk_kv: int) -> float:
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
+        n_tok = float(num_tokens)
+        t = max([a + b * n_tok for a, b in lines]) + req * float(num_requests)
+        if num_decode:
+            t += d_bias + d_kv * float(decode_kv)
+        if num_decode < num_requests:
+            t += p_bias + p_attn * (0.5 * float(chunk * (2 * chunk_kv + chunk + 1)))
+            if p_tok:
+                t += p_tok * float(chunk)
         return float(t)
 
     def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:
@@ -256,18 +275,29 @@ class LinearCostModel(CostModel):
         would start at or after ``stop_s`` (None: all ``num_steps``): (their durations, their starts and
         then the end of the last). The same floats as those durations summed one after another, computed
         only for the batches that run (the simulator's fast path usually stops at the next arrival)."""
-        cls = type(self)
-        if (cls.batch_time is not LinearCostModel.batch_time
-                or cls.decode_run_times is not LinearCostModel.decode_run_times):   # not the closed form
+        timer = self.decode_run_timer()
+        if timer is None:       # not the closed form
             durations = self.decode_run_times(kv_before, num_steps).tolist()
             starts = list(accumulate(durations, initial=start_s))
             if stop_s is not None:
                 num_steps = min(num_steps, bisect_left(starts, stop_s, 0, num_steps))
             return durations[:num_steps], starts[:num_steps + 1]
+        return timer(int(kv_before.size), int(_sum(kv_before)), num_steps, start_s, stop_s)
+
+    def decode_run_timer(self) -> "Callable[[int, int, int, float, float | None], tuple[list, list]] | None":
+        """:meth:`decode_run_starts` of ``n`` requests holding ``kv_sum`` tokens in all, from those two sums
+        (the state keeps them across a run): ``timer(n, kv_sum, num_steps, start_s, stop_s)``, the same
+        floats; None when a subclass times batches otherwise."""
+        cls = type(self)
+        if cls.batch_time is LinearCostModel.batch_time and cls.decode_run_times is LinearCostModel.decode_run_times:
+            return self._run_starts_of_sums
+        return None
+
+    def _run_starts_of_sums(self, n: int, kv_sum: int, num_steps: int, start_s: float, stop_s: float | None
+                            ) -> tuple[list[float], list[float]]:
         lines, d_bias, d_kv, req = self._k[0], self._k[1], self._k[2], self._k[6]
-        n = int(kv_before.size)
         base = max([a + b * float(n) for a, b in lines]) + req * float(n)
-        kv = int(_sum(kv_before)) + n                   # KV read by the first batch, as decode_run_times
+        kv = kv_sum + n                                 # KV read by the first batch, as decode_run_times
         stop = math.inf if stop_s is None else stop_s
         durations, starts, t = [], [start_s], start_s
         for _ in range(num_steps):

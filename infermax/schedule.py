@@ -263,6 +263,9 @@ class Schedule:
 
 # --- writing a schedule one batch at a time ---------------------------------------------
 
+_INT64_DTYPE = np.dtype(np.int64)
+
+
 class _IntText(dict):
     """``str`` of integers, remembered (a running request's id is written in batch after batch)."""
 
@@ -357,7 +360,7 @@ class ScheduleWriter:
         decode run after its oldest requests complete), plus any at the end (a request joining the running
         ones, after a batch of its own prefill), the text of the ids kept is reused and only the ones
         added are formatted."""
-        if ids.dtype != np.int64:      # (the remembered ids are int64 bytes)
+        if ids.dtype is not _INT64_DTYPE:      # (the remembered ids are int64 bytes; the dtype object is NumPy's one)
             return _ints(ids, texts)
         raw = ids.tobytes()
         recent = self._recent
@@ -369,8 +372,8 @@ class ScheduleWriter:
                     if drop is not None:
                         text = last_text.split(",", drop)[drop] if drop else last_text
                         kept = len(last) // 8 - drop
-                        if kept < ids.size:
-                            text += "," + _ints(ids[kept:], texts)
+                        if kept < ids.size:     # (new requests: their ids' text is not remembered)
+                            text += "," + _ints(ids[kept:])
                         break
             if text is None:
                 text = _ints(ids, texts)
@@ -379,9 +382,8 @@ class ScheduleWriter:
         return recent[0][1]
 
     def _write(self, text: str, repeat: int) -> None:
-        self._file.write(text if self.num_batches == 0 else "," + text)
-        if repeat > 1:
-            self._file.write(("," + text) * (repeat - 1))
+        more = "," + text
+        self._file.write(text + more * (repeat - 1) if self.num_batches == 0 else more * repeat)   # (one write)
         self.num_batches += repeat
 
     def close(self) -> None:

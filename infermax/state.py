@@ -21,6 +21,7 @@ and take them away (`replica_inbox`, inherited), and the read-only view a schedu
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from itertools import accumulate
 from typing import NamedTuple
@@ -38,6 +39,7 @@ from .types import Limits, Workload
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
 # the is_decode of a batch of one request, read-only (ServingState._apply_one)
 _ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
+_DONE_BYTE = bytes([DONE])      # a DONE status among the statuses' bytes (ServingState._not_done)
 _ONE_DECODE.setflags(write=False)
 _ONE_PREFILL.setflags(write=False)
 
@@ -92,6 +94,12 @@ class ServingState(ReplicaInbox):
         if not dispatched:
             workload.check_fits(limits)
         self.workload, self.limits, self.cost = workload, limits, cost
+        # the cost model's batch time from the sums apply has (a batch of decodes and at most one (re)fill),
+        # when it has one: the same floats as ``cost.batch_time``
+        timer = getattr(cost, "sums_timer", None)
+        self._timer = timer() if timer is not None else None
+        timer = getattr(cost, "decode_run_timer", None)     # (and a decode run's, from the run's Σ m)
+        self._run_timer = timer() if timer is not None else None
         n = len(workload)
         self.input_lens = workload.input_lens
         self.output_lens = workload.output_lens
@@ -128,11 +136,15 @@ class ServingState(ReplicaInbox):
             self._arrival_order = np.argsort(workload.arrivals_s, kind="stable")
             self._num_queued = n
         self._next_arrival = 0
+        # the admission time of the request at _next_arrival (inf: none queued), as a Python float; good while
+        # _num_queued is _head_key (a dispatch queues a request; only admit_arrivals moves _next_arrival)
+        self._head_s, self._head_key = math.inf, -1
         self.horizon_s: float | None = None   # dispatched: the next time the engine may dispatch here
         self._active = np.zeros(0, dtype=np.int64)   # arrived, unfinished, as of _active_version
         self._active_upto = 0                        # arrivals (in arrival order) already in _active
         self._active_version = 0
         self._active_done = 0                        # num_done as of _active
+        self._active_lo = 0     # _active is _arrival_order[_active_lo:_active_upto] (-1: not a slice of it)
         # per-request records
         self.first_scheduled_s = np.full(n, np.nan)
         self.first_token_s = np.full(n, np.nan)
@@ -168,8 +180,9 @@ class ServingState(ReplicaInbox):
     @property
     def next_arrival_s(self) -> float | None:
         """Arrival time of the next request not yet arrived (None if all arrived)."""
-        own = (float(self._admit_s[self._arrival_order[self._next_arrival]])
-               if self._next_arrival < self._num_queued else None)
+        if self._head_key != self._num_queued:
+            self._note_head()
+        own = self._head_s if self._next_arrival < self._num_queued else None
         if self.horizon_s is None:
             return own
         return self.horizon_s if own is None else min(own, self.horizon_s)
@@ -206,22 +219,41 @@ class ServingState(ReplicaInbox):
             if same_done and self._active_upto == self._next_arrival:
                 self._active_version = self.version     # only WAITING <-> RUNNING changes: the same set
                 return self._active
-            kept = self._active
+            kept, lo = self._active, self._active_lo
             if not same_done:   # some finished: only then can a listed or a newly admitted request be DONE
                 self._active_done = self.num_done
-                kept = kept[self.status[kept] != DONE] if kept.size else kept
-            if self._active_upto < self._next_arrival:
-                new = self._arrival_order[self._active_upto:self._next_arrival]
+                kept, lo = self._not_done(kept, lo)
+            upto = self._active_upto
+            if upto < self._next_arrival:
+                new = self._arrival_order[upto:self._next_arrival]
                 if not same_done:
-                    new = new[self.status[new] != DONE]
-                kept = np.concatenate((kept, new)) if kept.size else new.copy()
+                    new, new_lo = self._not_done(new, upto)
+                    lo = lo if new_lo == upto else -1
+                if lo >= 0:     # the arrival order from lo on: a slice of it, nothing copied
+                    kept = self._arrival_order[lo:self._next_arrival]
+                else:
+                    kept = np.concatenate((kept, new)) if kept.size else new.copy()
                 self._active_upto = self._next_arrival
+            self._active_lo = lo
             kept.setflags(write=False)
             self._active, self._active_version = kept, self.version
         return self._active
 
+    def _not_done(self, idx: np.ndarray, lo: int) -> tuple[np.ndarray, int]:
+        """``idx`` (``_arrival_order[lo:]`` up to its size, or lo = -1) without its DONE requests, and where
+        the rest starts in the arrival order (-1: not a slice of it): a slice when they lead (the oldest
+        finish first, usually), else a mask (the statuses' bytes counted and searched, without a NumPy call)."""
+        st = self.status[idx]
+        codes = st.tobytes()
+        num_done = codes.count(DONE)
+        if codes.startswith(_DONE_BYTE * num_done):
+            return idx[num_done:], lo + num_done if lo >= 0 else -1
+        return idx[st != DONE], -1
+
     def admit_arrivals(self) -> None:
         """Mark requests with arrival <= clock as WAITING."""
+        if self._head_key == self._num_queued and self._head_s > self.clock_s:
+            return      # (the next one is not due: known without indexing the arrays)
         order, k, n = self._arrival_order, self._next_arrival, self._num_queued
         while k < n and self._admit_s[order[k]] <= self.clock_s:
             self.status[order[k]] = WAITING
@@ -231,6 +263,12 @@ class ServingState(ReplicaInbox):
         if k != self._next_arrival:
             self._next_arrival = k
             self.version += 1
+        self._note_head()
+
+    def _note_head(self) -> None:
+        """Remember when the request at ``_next_arrival`` is admitted, and for which queue."""
+        k, n = self._next_arrival, self._num_queued
+        self._head_s, self._head_key = float(self._admit_s[self._arrival_order[k]]) if k < n else math.inf, n
 
     def advance_clock(self, time_s: float) -> None:
         """Idle until ``time_s`` (never backwards), then admit arrivals."""
@@ -279,9 +317,13 @@ class ServingState(ReplicaInbox):
         inp0 = self.inp[idx]
         is_decode = m0 >= inp0
         m1 = m0 + tokens
-        num_tokens = int(_sum(tokens))
-        num_decode = int(np.count_nonzero(is_decode))
-        one = int(is_decode.argmin()) if num_decode == n - 1 else -1    # the one (re)fill among decodes
+        flags = is_decode.tobytes()      # (a byte each: counted and searched without a NumPy call)
+        num_decode = flags.count(1)
+        one = flags.index(0) if num_decode == n - 1 else -1    # the one (re)fill among decodes
+        if one >= -(num_decode == n) and tokens.dtype.kind == "i" and (tokens == 1).tobytes() == flags:
+            num_tokens = num_decode + (int(tokens[one]) if one >= 0 else 0)    # (a 1 for each decode alone)
+        else:
+            num_tokens = int(_sum(tokens))
         self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
@@ -289,7 +331,14 @@ class ServingState(ReplicaInbox):
         blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
         # 4. time
         if extra is None:
-            duration = self.cost.batch_time(tokens, m0, is_decode)
+            if self._timer is not None and one >= -(num_decode == n) and tokens.dtype.kind == "i":
+                # Σ (m + c), less the (re)fill's below; Σ m is kv_used when every running request is in the batch
+                # (the others in it wait, holding no KV)
+                kv_read = num_tokens + (self.kv_used if n - num_new == self.num_running else int(_sum(m0)))
+                c, m = (int(tokens[one]), int(m0[one])) if one >= 0 else (0, 0)
+                duration = self._timer(n, num_tokens, num_decode, kv_read - c - m, c, m)
+            else:
+                duration = self.cost.batch_time(tokens, m0, is_decode)
         else:
             duration = self.cost.batch_time(np.concatenate((tokens, extra[0])), np.concatenate((m0, extra[1])),
                                             np.concatenate((is_decode, extra[2])))
@@ -342,7 +391,10 @@ class ServingState(ReplicaInbox):
         kv, running = self.kv_used + c, self.num_running + new
         m0_arr = self.m[idx]
         blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens)
-        duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
+        if self._timer is not None and tokens.dtype.kind == "i":
+            duration = self._timer(1, c, int(decode), m1, c, m0) if decode else self._timer(1, c, 0, 0, c, m0)
+        else:
+            duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
         end = start + duration
         if new:
             self._start_running(i, start)
@@ -420,10 +472,10 @@ class ServingState(ReplicaInbox):
             slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
             self._slot[idx] = slots
             back = self._slot[idx]
-            if int(_sum(back)) != n * (n - 1) // 2:   # back[k] >= k, all equal only when no index repeats
+            if back.tobytes() != slots.tobytes():     # (compared as bytes: no NumPy call)
                 k = int(idx[np.argmax(back != slots)])
                 raise ScheduleError(j, "duplicate", "request appears twice in the batch", int(self.workload.ids[k]))
-        if int(_min(tokens)) < 1:
+        if 1 in (tokens < 1).tobytes():       # (a flag byte searched: no reduction)
             k = int(np.argmin(tokens))
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
         return num_new
@@ -507,13 +559,14 @@ class ServingState(ReplicaInbox):
                 self.first_token_s[first] = end
         self.decode_tokens_left -= int(g_idx.size)
         if self._stop is None:
-            fin = g_idx[g == self.output_lens[g_idx]]
-        else:
-            fin = g_idx[g == self._stop[g_idx]]
-            if fin.size:
-                self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
-                self.decode_tokens_left -= int(_sum(self.output_lens[fin] - gen[fin]))   # left elsewhere
+            done = g == self.output_lens[g_idx]
+            if 1 in done.tobytes():     # (mostly none completes: looked for without a NumPy call)
+                self._complete(g_idx[done], end)
+            return
+        fin = g_idx[g == self._stop[g_idx]]
         if fin.size:
+            self.handoffs.extend(fin[g[g == self._stop[g_idx]] < self.output_lens[fin]].tolist())
+            self.decode_tokens_left -= int(_sum(self.output_lens[fin] - gen[fin]))   # left elsewhere
             self._complete(fin, end)
 
 
@@ -528,45 +581,53 @@ class ServingState(ReplicaInbox):
         segment starts after each batch that completes a request).
         """
         m0 = self.m[idx]
-        # (the statuses as bytes: counted without a NumPy call)
-        if self.status[idx].tobytes().count(RUNNING) != idx.size or np.count_nonzero(m0 < self.inp[idx]):
+        # (the statuses and the flags as bytes: counted and searched without a NumPy call)
+        if self.status[idx].tobytes().count(RUNNING) != idx.size or 1 in (m0 < self.inp[idx]).tobytes():
             raise ScheduleError(self.num_batches, "decode-run",
                                 "a decode run may hold only running decode-phase requests")
         if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
             raise ScheduleError(self.num_batches, "decode-run", "a decode run may not hold a request that "
                                 "leaves this replica after its first token (hand_off)")
-        left = self.output_lens[idx] - self.gen[idx]      # batches until each request completes (>= 1)
+        run = idx
+        left = self.output_lens[run] - self.gen[run]      # batches until each request completes (>= 1)
+        ends = sorted(left.tolist())    # the same, in order: the next completion read off in Python ints
         nxt = self.next_arrival_s
+        # Σ m of the run's requests, then kept in Python ints: kv_used when they are every running request
+        kv_sum = self.kv_used if idx.size == self.num_running else int(_sum(m0))
+        done, e = 0, 0                  # batches applied; ends[e], the first completion after them
         segments: list[DecodeSegment] = []
         while num_steps > 0:
-            first_done = int(_min(left))
+            first_done = ends[e] - done
             steps = min(num_steps, first_done)            # the last of these may complete requests
-            segment = self._decode_segment(idx, m0, steps, nxt)
+            segment = self._decode_segment(idx, m0, kv_sum, steps, nxt)
             if segment is None:
                 break
             segments.append(segment)
             if segment.num_batches < steps or steps < first_done:   # an arrival, or the run's end
                 break
             num_steps -= steps
-            left -= steps
-            fin = left == 0
-            self._complete(idx[fin], self.clock_s)
-            keep = ~fin
-            idx, left = idx[keep], left[keep]
+            done += steps
+            kv_sum += idx.size * steps - self._complete(run[left == done], self.clock_s)
+            idx = run[left > done]      # (in the run's order)
             if not idx.size:
                 break
+            while ends[e] <= done:
+                e += 1
             m0 = self.m[idx]
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return segments
 
-    def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, num_steps: int,
+    def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, kv_sum: int, num_steps: int,
                         next_arrival_s: float | None) -> DecodeSegment | None:
-        """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``) completing no request
-        before the last, stopping before the first that would start at or after ``next_arrival_s``."""
+        """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``, ``kv_sum`` in all) completing
+        no request before the last, stopping before the first that would start at or after ``next_arrival_s``."""
         j = self.num_batches
         n = int(idx.size)
-        durations, starts = self._run_starts(m0, num_steps, next_arrival_s)
+        if self._run_timer is not None:
+            durations, starts = self._run_timer(n, kv_sum, num_steps, self.clock_s, next_arrival_s)
+        else:
+            durations, starts = self._run_starts(m0, num_steps, next_arrival_s)
         num_steps = len(durations)
         if num_steps <= 0:
             return None
@@ -593,9 +654,9 @@ class ServingState(ReplicaInbox):
         # (``_last_batch`` is not kept here: it is read only for a (re)fill, and a decoding request starts
         # one only after an eviction, from m = 0, its first batch setting it before any read)
         self.kv_used = kv[-1]
-        self.clock_s = starts[num_steps]
+        self.clock_s = starts.pop()      # (the end of the last batch; the rest are their starts)
         self.num_batches = j + num_steps
-        return DecodeSegment(idx, num_steps, starts[:num_steps], durations, kv, self.num_running)
+        return DecodeSegment(idx, num_steps, starts, durations, kv, self.num_running)
 
     def _run_starts(self, m0: np.ndarray, num_steps: int, next_arrival_s: float | None
                     ) -> tuple[list[float], list[float]]:
@@ -612,11 +673,13 @@ class ServingState(ReplicaInbox):
             num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
         return durations[:num_steps], starts[:num_steps + 1]
 
-    def _complete(self, fin: np.ndarray, end_s: float) -> None:
-        """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV."""
+    def _complete(self, fin: np.ndarray, end_s: float) -> int:
+        """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV
+        (returned, in tokens)."""
         m = self.m
         self.completion_s[fin] = end_s
-        self.kv_used -= int(_sum(m[fin]))
+        freed = sum(m[fin].tolist())     # (a few: Python ints cost less than a reduction)
+        self.kv_used -= freed
         if self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
         m[fin] = 0
@@ -624,6 +687,7 @@ class ServingState(ReplicaInbox):
         self.num_running -= int(fin.size)
         self.num_done += int(fin.size)
         self.version += 1
+        return freed
 
     def _blocks_after_decodes(self, m0: np.ndarray, num_steps: int) -> tuple[int, int | None]:
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,

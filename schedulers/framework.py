@@ -199,19 +199,28 @@ class GetNextBatch(Scheduler):
         return act[run], act[~run]
 
     # --- hook 1: GroupRequests --------------------------------------------------------
-    def group_requests(self, state: ServingState) -> list[tuple[np.ndarray, int]]:
+    def group_requests(self, state: ServingState, all_decode: bool | None = None) -> list[tuple[np.ndarray, int]]:
         """Groups of candidates in priority order, each tagged with what its members are
-        (all decodes, all running prefills, all waiting, or mixed)."""
+        (all decodes, all running prefills, all waiting, or mixed). ``all_decode``: whether every
+        running request decodes, when the caller knows (None: looked up)."""
         running, waiting, active = self._sets(state)
         prio = self.policy.priority
         if prio == "prefill":
             return [(waiting, WAITING_GROUP), (running, MIXED_GROUP if self.policy.chunked_prefill else DECODE_GROUP)]
         if prio == "decode":
-            dec = state.m[running] >= state.inp[running]
-            if np.count_nonzero(dec) == running.size:     # (usually, at decode priority: no split)
+            if all_decode is None:
+                all_decode = self._all_decode(state, running)
+            if all_decode:     # (usually, at decode priority: no split)
                 return [(running, DECODE_GROUP), (_NONE, PREFILL_GROUP), (waiting, WAITING_GROUP)]
+            dec = state.m[running] >= state.inp[running]
             return [(running[dec], DECODE_GROUP), (running[~dec], PREFILL_GROUP), (waiting, WAITING_GROUP)]
         return [(active, MIXED_GROUP)]
+
+    @staticmethod
+    def _all_decode(state: ServingState, running: np.ndarray) -> bool:
+        """Whether every one of the ``running`` requests is in decode phase (the flags' bytes searched for a
+        0, without a NumPy call)."""
+        return 0 not in (state.m[running] >= state.inp[running]).tobytes()
 
     # --- the loop ------------------------------------------------------------------------
     def _blk(self, tokens):
@@ -242,10 +251,16 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        mem_free = self._blocks - int(_sum(self._reserved(state, running)))
+        tokens_kv = self._bs == 1 and not self._ef      # (a request reserves max(m, inp) tokens)
+        all_decode = self._all_decode(state, running) if tokens_kv or self.policy.priority == "decode" else None
+        if all_decode and tokens_kv:
+            reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
+        else:
+            reserved = int(_sum(self._reserved(state, running)))
+        mem_free = self._blocks - reserved
         b = _Builder(self._C, self._P, mem_free, self._R - running.size, self._stamp, state.num_batches,
                      self._pins.start(state, running))
-        for group, kind in self.group_requests(state):
+        for group, kind in self.group_requests(state, all_decode):
             if group.size:
                 if b.evicted:
                     group = group[self._stamp[group] != b.j]
@@ -294,21 +309,32 @@ class GetNextBatch(Scheduler):
         if not n or n > self._C:
             return running, 0
         m, inp = state.m[running], state.inp[running]
-        left = state.output_lens[running] - state.gen[running]      # batches until each completes
+        # (the flags' bytes searched: no NumPy call)
         if waiting.size:
-            if plan.idx.size != n or np.count_nonzero(m <= inp):    # (m == inp: a prefill completed in this batch)
+            if plan.idx.size != n or 1 in (m <= inp).tobytes():    # (m == inp: a prefill completed in this batch)
                 return running, 0
-            running, horizon = plan.idx, int(_min(left)) - 1      # (the same requests in the same order)
-        elif np.count_nonzero(m < inp):
+            running, horizon = plan.idx, self._first_done(state, running) - 1   # (the same requests in the same order)
+        elif 1 in (m < inp).tobytes():
             return running, 0
+        elif self._pins.active:
+            horizon = self._first_done(state, running) - 1
+        elif self._bs == 1 and not self._ef:
+            # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used. A run ends with its last
+            # request (apply_decode_run): no need to count the batches until then, only the KV bound can cut it
+            return running, max((self._blocks - state.kv_used) // n, 0)
         else:
-            horizon = int(_min(left)) - 1 if self._pins.active else int(_max(left))
+            horizon = int(_max(state.output_lens[running] - state.gen[running]))     # the last completion
         if not self._ef:
-            if self._bs == 1:    # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used
+            if self._bs == 1:
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
                 horizon = min(horizon, self._decode_steps(m, self._blocks - int(_sum(self._reserved(state, running)))))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
+
+    @staticmethod
+    def _first_done(state: ServingState, running: np.ndarray) -> int:
+        """Batches until the first of the ``running`` requests completes."""
+        return int(_min(state.output_lens[running] - state.gen[running]))
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
         """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""

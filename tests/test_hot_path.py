@@ -257,3 +257,90 @@ def test_decode_run_starts_are_the_decode_run_times_added_up_to_the_stop(cost):
         stop = None if rng.random() < 0.2 else float(start + rng.uniform(-0.01, sum(times) * 1.2))
         k = steps if stop is None else bisect_left(starts, stop, 0, steps)
         assert cost.decode_run_starts(kv, steps, start, stop) == (times[:k], starts[:k + 1])
+
+
+def test_a_batch_timed_from_its_sums_takes_the_time_batch_time_gives():
+    """``apply`` times a batch of decodes and at most one (re)fill from its sums (Σ m is the KV in use when
+    every running request is in it); a cost model whose ``batch_time`` is its own takes the arrays: the same
+    times, errors and state after random batches (all the running requests or some, after evictions too)."""
+    rng = np.random.default_rng(13)
+    w = make_workload([(int(rng.integers(1, 30)), int(rng.integers(2, 40))) for _ in range(14)])
+    lim = Limits(M=400, C=80)
+    sums, arrays = ServingState(w, lim, LinearCostModel()), ServingState(w, lim, _StepByStep())
+    assert sums._timer is not None and arrays._timer is None
+    errors, kinds = set(), set()
+    for _ in range(1500):
+        active = sums.active
+        if not active.size:
+            break
+        st = sums.status[active]
+        running, waiting = active[st == RUNNING], active[st == WAITING]
+        evict = np.zeros(0, dtype=np.int64)
+        if running.size > 1 and rng.random() < 0.15:
+            evict, running = running[-1:], running[:-1]
+        if rng.random() < 0.6:     # every running request, and maybe one waiting
+            idx = np.concatenate((running, rng.permutation(waiting)[:int(rng.integers(0, 2))]))
+        else:
+            idx = rng.permutation(np.setdiff1d(active, evict))[:int(rng.integers(1, active.size + 1))]
+        if not idx.size:
+            continue
+        left = sums.inp[idx] - sums.m[idx]
+        left[sums.status[idx] == WAITING] = sums.inp[idx][sums.status[idx] == WAITING]
+        tokens = np.where(left > 0, rng.integers(1, np.maximum(left, 1) + 1), 1)
+        if rng.random() < 0.05 and (left <= 0).any():        # a decode of 2 tokens
+            tokens[int(rng.choice(np.flatnonzero(left <= 0)))] = 2
+        whole = np.isin(running, idx).all()
+        kinds.add((bool(whole), int(np.count_nonzero(left > 0))))
+        m0, dec, ran = sums.m[idx].astype(float), sums.m[idx] >= sums.inp[idx], []
+
+        def apply(state):
+            out = state.apply(idx, tokens, evict.copy())
+            if state is sums:
+                ran.append(out)
+            return out
+        _same_outcome((sums, arrays), apply, errors)
+        if ran:     # the sums against the array formula (float inputs: no sum taken from the state)
+            _, duration, record = ran[0]
+            assert record.num_tokens == int(tokens.sum())
+            assert duration == arrays.cost.batch_time(tokens.astype(float), m0, dec)
+    assert sums.num_done >= 10 and {(True, 0), (True, 1), (False, 0), (False, 1)} <= kinds
+    assert "decode-chunk" in errors
+
+
+def test_a_decode_run_timed_from_its_sums_is_the_one_the_array_formula_gives():
+    """``apply_decode_run`` keeps the run's Σ m in Python ints (kv_used when the run holds every running
+    request) and reads its completions off the sorted batches left; a cost model whose ``batch_time`` is its
+    own times the run from the arrays: the same segments, errors and state after random runs of all the
+    running requests or some of them."""
+    rng = np.random.default_rng(17)
+    w = make_workload([(int(rng.integers(1, 20)), int(rng.integers(2, 30))) for _ in range(16)],
+                      arrivals=sorted(rng.uniform(0, 0.2, 16).tolist()))
+    lim = Limits(M=500, C=64)
+    sums, arrays = ServingState(w, lim, LinearCostModel()), ServingState(w, lim, _StepByStep())
+    assert sums._run_timer is not None and arrays._run_timer is None
+    none = np.zeros(0, dtype=np.int64)
+    errors, kinds = set(), set()
+    for _ in range(600):
+        if sums.is_finished:
+            break
+        active = sums.active
+        if not active.size:
+            nxt = sums.next_arrival_s
+            for state in (sums, arrays):
+                state.advance_clock(nxt)
+            continue
+        st = sums.status[active]
+        running, waiting = active[st == RUNNING], active[st == WAITING]
+        if waiting.size and (rng.random() < 0.4 or not running.size):    # a prompt, whole, beside the decodes
+            idx = np.concatenate((running, waiting[:1]))
+            tokens = np.ones(idx.size, dtype=np.int64)
+            tokens[-1] = sums.inp[waiting[0]]
+            _same_outcome((sums, arrays), lambda state: state.apply(idx, tokens, none), errors)
+            continue
+        run = running if rng.random() < 0.6 else rng.permutation(running)[:int(rng.integers(1, running.size + 1))]
+        steps = int(rng.integers(1, 40))
+        kinds.add(bool(run.size == sums.num_running))
+        _same_outcome((sums, arrays), lambda state: [
+            (g.idx.tolist(), g.num_batches, g.starts_s, g.durations_s, list(g.kv_tokens), g.num_running)
+            for g in state.apply_decode_run(run, steps)], errors)
+    assert sums.is_finished and kinds == {True, False}
