@@ -10,6 +10,8 @@ timing models.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from bisect import bisect_left
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,18 @@ class CostModel(ABC):
         ones = np.ones(kv_before.size, dtype=np.int64)
         dec = np.ones(kv_before.size, dtype=bool)
         return np.array([self.batch_time(ones, kv_before + s, dec) for s in range(num_steps)], dtype=np.float64)
+
+    def decode_run_starts(self, kv_before: np.ndarray, num_steps: int, start_s: float,
+                          stop_s: float | None) -> tuple[list[float], list[float]]:
+        """The batches of :meth:`decode_run_times` run back to back from ``start_s`` up to the first that
+        would start at or after ``stop_s`` (None: all ``num_steps``): (their durations, their starts and
+        then the end of the last), the starts added one after another as the simulator adds batch times.
+        A closed form may override it to compute only the batches that run."""
+        durations = self.decode_run_times(kv_before, num_steps).tolist()
+        starts = list(accumulate(durations, initial=start_s))
+        if stop_s is not None:
+            num_steps = min(num_steps, bisect_left(starts, stop_s, 0, num_steps))
+        return durations[:num_steps], starts[:num_steps + 1]
 
     def describe(self) -> dict[str, Any]:
         """A JSON-serialisable description (name and parameters)."""

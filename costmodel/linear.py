@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_left
 from dataclasses import asdict, dataclass, fields
-from itertools import accumulate
 from pathlib import Path
 from typing import Any, Callable
 
@@ -271,17 +269,11 @@ class LinearCostModel(CostModel):
 
     def decode_run_starts(self, kv_before: np.ndarray, num_steps: int, start_s: float,
                           stop_s: float | None) -> tuple[list[float], list[float]]:
-        """The batches of :meth:`decode_run_times` run back to back from ``start_s`` up to the first that
-        would start at or after ``stop_s`` (None: all ``num_steps``): (their durations, their starts and
-        then the end of the last). The same floats as those durations summed one after another, computed
-        only for the batches that run (the simulator's fast path usually stops at the next arrival)."""
+        """:meth:`CostModel.decode_run_starts`: the same floats, computed only for the batches that run (the
+        simulator's fast path usually stops at the next arrival)."""
         timer = self.decode_run_timer()
         if timer is None:       # not the closed form
-            durations = self.decode_run_times(kv_before, num_steps).tolist()
-            starts = list(accumulate(durations, initial=start_s))
-            if stop_s is not None:
-                num_steps = min(num_steps, bisect_left(starts, stop_s, 0, num_steps))
-            return durations[:num_steps], starts[:num_steps + 1]
+            return super().decode_run_starts(kv_before, num_steps, start_s, stop_s)
         return timer(int(kv_before.size), int(_sum(kv_before)), num_steps, start_s, stop_s)
 
     def decode_run_timer(self) -> "Callable[[int, int, int, float, float | None], tuple[list, list]] | None":

@@ -22,8 +22,6 @@ and take them away (`replica_inbox`, inherited), and the read-only view a schedu
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from itertools import accumulate
 from typing import NamedTuple
 
 import numpy as np
@@ -662,16 +660,12 @@ class ServingState(ReplicaInbox):
                     ) -> tuple[list[float], list[float]]:
         """The durations of up to ``num_steps`` decode batches of requests holding ``m0`` from the clock on,
         stopping before the first that would start at or after ``next_arrival_s``, and their starts followed
-        by the end of the last: the cost model's ``decode_run_starts`` when it has one (it computes only
-        the batches that run), else its ``decode_run_times`` cut here."""
+        by the end of the last: the cost model's ``decode_run_starts`` (:class:`CostModel`'s, for a cost
+        object that only has ``decode_run_times``)."""
         starts_of = getattr(self.cost, "decode_run_starts", None)
-        if starts_of is not None:
-            return starts_of(m0, num_steps, self.clock_s, next_arrival_s)
-        durations = self.cost.decode_run_times(m0, num_steps).tolist()
-        starts = list(accumulate(durations, initial=self.clock_s))   # one addition after another, as apply
-        if next_arrival_s is not None:
-            num_steps = min(num_steps, bisect_left(starts, next_arrival_s, 0, num_steps))
-        return durations[:num_steps], starts[:num_steps + 1]
+        if starts_of is None:
+            return CostModel.decode_run_starts(self.cost, m0, num_steps, self.clock_s, next_arrival_s)
+        return starts_of(m0, num_steps, self.clock_s, next_arrival_s)
 
     def _complete(self, fin: np.ndarray, end_s: float) -> int:
         """Requests ``fin`` (running) got their last token in the batch ending at ``end_s``: free their KV

@@ -150,6 +150,9 @@ class GetNextBatch(Scheduler):
             raise ValueError(f"scheduler {self.name!r}: look-ahead admission predicts KV in tokens; "
                              f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef variant)")
         self._bs = lim.block_size
+        # each running request reserves its max(m, inp) tokens of KV (so a decoding one its m): token-granular
+        # KV, evicting; then when every running request decodes, Σ reserved = Σ m = state.kv_used
+        self._reserves_m = self._bs == 1 and not self._ef
         self._blocks = lim.num_blocks          # the KV budget, in blocks (tokens when block_size is 1)
         self._wm = int(p.watermark * self._blocks)
         self._C = min(p.C, lim.C) if p.C is not None else lim.C
@@ -251,9 +254,9 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        tokens_kv = self._bs == 1 and not self._ef      # (a request reserves max(m, inp) tokens)
-        all_decode = self._all_decode(state, running) if tokens_kv or self.policy.priority == "decode" else None
-        if all_decode and tokens_kv:
+        reserves_m = self._reserves_m
+        all_decode = self._all_decode(state, running) if reserves_m or self.policy.priority == "decode" else None
+        if all_decode and reserves_m:
             reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
         else:
             reserved = int(_sum(self._reserved(state, running)))
@@ -318,7 +321,7 @@ class GetNextBatch(Scheduler):
             return running, 0
         elif self._pins.active:
             horizon = self._first_done(state, running) - 1
-        elif self._bs == 1 and not self._ef:
+        elif self._reserves_m:
             # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used. A run ends with its last
             # request (apply_decode_run): no need to count the batches until then, only the KV bound can cut it
             return running, max((self._blocks - state.kv_used) // n, 0)
