@@ -30,7 +30,7 @@ from test_oracle import tiny_instance
 COSTS = ("default", "a100/llama2-70b", "a100/llama3-8b", "h100/llama2-7b", "scaled:h100/llama2-70b@tp=2")
 OBJECTIVES = ("ttft", "e2e", "tpot", "ttft_p99", "e2e_p99", "ttft:short", "e2e:short", "tpot:short",
               "ttft_p99:short", "e2e_p99:short")
-CHEAP = ("requests", "order", "chains")
+CHEAP = ("requests", "order", "chains", "sharing")
 NUM_QUICK = 8
 NUM_FULL = 330          # instances per objective in the slow run (seeds are drawn until each has them)
 

@@ -27,6 +27,9 @@ percentiles (``ttft_p99``, ``e2e_p99``, also p50 and p90) and per request tag
 - ``chains``: mean end-to-end latency, offline: the k-th completion also pays for the
   unfinished decode chains of the requests that finish soon after it, and for its own
   batches (`chains`; a convex relaxation closed by weak duality);
+- ``sharing``: mean end-to-end latency, online or offline: in windows of time, the requests
+  alive at least fill the running batch, whose time carries every member's work, and the
+  backlog left by what the windows can complete (`sharing`; an LP closed by weak duality);
 - ``milp``: as above, for the untagged means.
 
 A per-tag bound is the bound of the tagged requests alone: dropping the other requests
@@ -64,18 +67,19 @@ from .lp import lp_bound
 from .objectives import ALL, BASES, Objective, members, parse_objective, subset
 from .order import event_bounds, quantile_of_sorted
 from .requests import request_bounds
+from .sharing import sharing_bound
 from .work import arrival_bound
 
 log = logging.getLogger(__name__)
 
 OBJECTIVES = BASES
-METHODS = ("work", "lp", "lagrangian", "requests", "order", "chains", "milp", "search")
+METHODS = ("work", "lp", "lagrangian", "requests", "order", "chains", "sharing", "milp", "search")
 #: methods for each objective (``milp`` only on small instances and untagged means; any objective may
 #: carry a ``:tag``, see `objectives`)
 METHODS_OF = {"latency": ("work", "lp", "lagrangian", "milp", "search"),
               "throughput": ("work", "lp", "lagrangian", "milp", "search"),
-              "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "chains", "milp"),
-              "completion": ("requests", "order", "chains", "milp"), "tpot": ("requests", "milp"),
+              "ttft": ("requests", "order", "milp"), "e2e": ("requests", "order", "chains", "sharing", "milp"),
+              "completion": ("requests", "order", "chains", "sharing", "milp"), "tpot": ("requests", "milp"),
               **{q: ("requests", "order") for q in BASES if "_p" in q}}
 #: methods run only when asked for (their time is a budget the caller sets, not a property of the instance)
 ON_REQUEST = ("search",)
@@ -152,6 +156,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
         "requests": lambda: _safe(_requests_bound(co, chosen, limits, obj)),
         "order": lambda: _safe(_order_bound(co, chosen, limits, obj)),
         "chains": lambda: _safe_or_none(_chains_bound(co, chosen, limits, obj, values.get("order", -math.inf))),
+        "sharing": lambda: _safe_or_none(_sharing_bound(co, chosen, limits, obj)),
         "milp": lambda: _milp_bound(workload, block_limits, cost, obj.solver_name if obj.metric != "throughput"
                                     else "latency", milp_time_limit_s),
         "search": lambda: _search_bound(workload, limits, cost, search_time_limit_s),
@@ -209,6 +214,13 @@ def _chains_bound(co, workload, limits, obj: Objective, floor: float) -> tuple[f
     if obj.quantile is not None:
         return None, {"not_applicable": "a quantile (the chain bound is on the mean)"}
     return chain_bound(co, workload, limits, floor)
+
+
+def _sharing_bound(co, workload, limits, obj: Objective) -> tuple[float | None, dict]:
+    """Shared batches and backlog in windows (`sharing`): the mean end-to-end latency."""
+    if obj.quantile is not None:
+        return None, {"not_applicable": "a quantile (the sharing bound is on the mean)"}
+    return sharing_bound(co, workload, limits)
 
 
 def _safe_or_none(result: tuple[float | None, dict]) -> tuple[float | None, dict]:

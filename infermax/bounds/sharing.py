@@ -1,0 +1,248 @@
+"""Shared batches under load: a bound on mean end-to-end latency, online, from a window LP.
+
+The order bound (`order`) lets a request finish in its own work once the machine serves it first. But
+a request needs n_i = ⌈I_i / min(C, P)⌉ + O_i - 1 batches, and under load every one of them carries
+the other requests' work: on the Splitwise conversation trace ~74 requests run together in ~58 ms
+batches. This bound charges that, and the backlog, on one time line.
+
+**Alive requests.** N(t), the number of requests arrived and not finished, integrates to
+Σ_i (C_i - a_i). Cut [t_0, T] into windows w of length Δ_w (any T: the time after it is only
+dropped). In a window, N(t) >= |b(t)|, the requests of the batch running at t, and
+N(t) = A(t) - D(t) >= A(t) - min(D_w, D_order(t)), with A the arrivals, D_w the completions by the
+window's end and D_order(t) the number of `order`'s completion order statistics at or before t (the
+k-th completion is no earlier than the k-th of them):
+
+    ∫_w N  >=  max( Σ_b f_b |b| d_b ,  ∫_w A - g_w(D_w) ),    g_w(D) = ∫_w min(D, D_order(t)) dt
+
+(f_b the share of batch b's duration d_b inside w). g_w is concave and piecewise linear in D (its
+slope at D is the time in w during which D_order(t) > D), so the second term is the maximum of one
+linear function per piece.
+
+**Batch sharing.** For a line (a, b) of the non-attention model and β the cheapest attention bias,
+d_b >= r + Σ_{j in b} e_j with r = a + β and e_j what request j's part costs on its own (its tokens
+at b, its KV reads, prefill attention and per-request time). With s_b = |b| and W_b = Σ e_j,
+√(s_b W_b) >= Σ_{j in b} √e_j (Cauchy-Schwarz), and again over the batches weighted by f_b:
+
+    Σ_b f_b s_b d_b  >=  r·x_w + q_w² / h_w,    x_w = Σ f_b s_b, q_w = Σ_b f_b Σ_{j in b} √e_j, h_w = Σ f_b.
+
+q²/h >= 2σq - σ²h for every σ (tangents of a convex function), so the right side is an LP cut (σ on
+a geometric grid; only the tightness depends on which).
+
+**Capacity.** Per window and line: r·h_w + b·τ_w + ω_w <= Δ_w (the batches' times; τ tokens,
+ω the rest of the e_j); K_w <= M·h_w (each batch holds at most M KV tokens, K the KV after each part);
+τ_w <= C·h_w; x_w <= R_max·h_w.
+
+**Completions.** Each request needs at least (x, τ, ω, K, q_line...) = v_i: its fewest parts, its
+tokens, and, per later token, the cheaper of a decode and a refill. Count only what each request
+needs (every part scaled by v_i over what the request does in all: then no window holds more than
+it did, and a finished request has done exactly v_i). The cumulative useful amounts S_w by a
+window's end then cover Σ v_i of the finished requests, and never exceed Σ v_i of the arrived
+ones. For prices φ >= 0, D_w is at most the most requests, among those that can be done by then
+(arrival plus own time, `requests`), whose φ·v_i sum to at most φ·S_w: a concave piecewise-linear
+count, above each of its extended segments (a few of them are constraints).
+
+Every schedule maps to a feasible point of this LP whose objective is at most Σ_i (C_i - a_i); every
+variable is boxed by what a schedule can do (with r the largest per-batch time: h <= Δ/r, x <= n·h,
+τ <= C·h, ω <= Δ, K <= M·h, q <= sqrt(n/r)·Δ as √(s_b W_b) <= sqrt(n·d_b) <= d_b/sqrt(r); D <= n,
+z <= n·Δ; the cumulative amounts <= what has arrived). The LP, each resource in units of a request's
+mean need, is solved by HiGHS, but the value reported is its Lagrangian dual at HiGHS's multipliers
+y >= 0 over the box,
+-y·b + Σ_j u_j min(0, (c + Aᵀy)_j), minus a bound on its own rounding: valid for ANY y, so the
+solver's accuracy is never trusted. The mean is that total over n.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from infermax.costmodel import LinearCoefficients
+from infermax.types import Limits, Workload
+
+from .costs import context_lengths
+from .order import event_bounds
+from .requests import _lines, request_bounds
+from .work import arrival_bound
+
+NUM_WINDOWS = 120         # windows over [first arrival, horizon] (fewer for few requests: 16 + 2n)
+HORIZON = 1.2             # horizon: this many times the larger of the makespan bound and the latest own finish
+NUM_BREAKS = 30           # extended segments of each count function kept as constraints
+NUM_TANGENTS = 32         # σ of the q²/h cuts, geometric over the per-batch range of q/h
+#: prices φ per line: the per-batch time r spread over M and C with these shares (plain work at (0, 0))
+SHARES = ((1.0, 0.0), (0.5, 0.5))
+EPS = np.finfo(np.float64).eps
+
+
+def needs(co: LinearCoefficients, workload: Workload, limits: Limits,
+          lines: list[tuple[float, float]]) -> np.ndarray:
+    """Per request (rows), the least of each resource (columns x, τ, ω, K, then q per line)."""
+    I, O = workload.input_lens.astype(np.int64), workload.output_lens.astype(np.int64)
+    n, cp = I.size, float(min(limits.C, limits.P))
+    If = I.astype(np.float64)
+    k = np.ceil(If / cp)
+    ell, owner = context_lengths(I, O)
+    L = ell.astype(np.float64)
+    fill_rest = co.request_s * k + co.prefill_attn_s * If * (If + 1) / 2 + co.prefill_token_s * If
+    refill_rest = co.request_s + co.prefill_attn_s * L * (L + 1) / 2 + co.prefill_token_s * L
+    per = lambda v: np.bincount(owner, weights=v, minlength=n)          # noqa: E731  (sum per request)
+    x = k + (O - 1)
+    tau = If + (O - 1)
+    omega = fill_rest + per(np.minimum(co.request_s + co.decode_kv_s * L, refill_rest))
+    K = k * If - cp * k * (k - 1) / 2 + per(L)           # chunk ends (full chunks last), then ℓ per token
+    cols = [x, tau, omega, K]
+    for _, b in lines:
+        cols.append(np.sqrt(b * If + fill_rest)
+                    + per(np.sqrt(np.minimum(b + co.request_s + co.decode_kv_s * L, b * L + refill_rest))))
+    return np.stack(cols, axis=1)
+
+
+class WindowLP(NamedTuple):
+    """min c·v s.t. A v <= b, 0 <= v <= upper; v holds, per window w (edges[w], edges[w + 1]), at
+    ``w * width + offset``: h (offset 0), the resources of :func:`needs` (1..R), D (R + 1), z (R + 2),
+    and the cumulative resources (R + 3..2R + 2); resources in units of
+    ``scale`` (a request's mean need), so that the LP's numbers are of one size."""
+
+    c: np.ndarray
+    A: Any
+    b: np.ndarray
+    upper: np.ndarray
+    edges: np.ndarray
+    width: int
+    num_resources: int
+    lines: list
+    scale: np.ndarray
+
+
+def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tuple[float | None, dict]:
+    """Σ_i (C_i - a_i) / n >= the LP's certified dual value (module docstring)."""
+    from scipy.optimize import linprog
+
+    lp = window_lp(co, workload, limits)
+    if lp is None:
+        return None, {"not_applicable": "no line of the cost model has a positive per-batch time"}
+    n = len(workload)
+    res = linprog(lp.c, A_ub=lp.A, b_ub=lp.b, bounds=list(zip(np.zeros(lp.c.size), lp.upper)), method="highs")
+    if res.status != 0 or getattr(res, "ineqlin", None) is None:
+        raise RuntimeError(f"sharing bound: HiGHS failed ({res.message})")
+    y = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=np.float64), 0.0)
+    total, err = certified_dual(lp.c, lp.A, lp.b, lp.upper, y)
+    value = float(total - err) / n
+    return value, {"lp_value_s": float(res.fun) / n, "rounding_allowance_s": float(err) / n,
+                   "num_windows": int(lp.edges.size - 1), "horizon_s": float(lp.edges[-1] - lp.edges[0]),
+                   "num_constraints": int(lp.b.size), "num_variables": int(lp.c.size)}
+
+
+def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits) -> WindowLP | None:
+    """The LP of the module docstring (None when no line has a positive per-batch time)."""
+    from scipy.sparse import csr_matrix
+
+    lines = _lines(co, limits.C)
+    beta = min(co.decode_bias_s, co.prefill_bias_s)
+    r_line = [a + beta for a, _ in lines]
+    r_max = max(r_line)
+    if r_max <= 0:
+        return None
+    a_s = workload.arrivals_s.astype(np.float64)
+    n, nl = a_s.size, len(lines)
+    t0 = float(a_s.min())
+    own = request_bounds(co, workload, limits)["e2e_s"]
+    done_by = event_bounds(co, workload, limits, "e2e").absolute_s      # k-th completion >= done_by[k - 1]
+    span = max(float((a_s + own).max()) - t0, arrival_bound(co, workload, limits)[0])
+    num_windows = min(NUM_WINDOWS, 16 + 2 * n)
+    edges = t0 + np.linspace(0.0, HORIZON * span, num_windows + 1)
+    delta = np.diff(edges)
+    v = needs(co, workload, limits, lines)
+    R = v.shape[1]                                       # resources: x, τ, ω, K, q per line
+    scale = v.mean(axis=0)
+    scale = np.where(scale > 0, scale, 1.0)              # the LP holds resources in these units (one request's mean)
+    # variables per window: h, resources (R), D, z, cumulative resources (R)
+    V = 3 + 2 * R
+    H, RES, DD, Z, CUM = 0, 1, 1 + R, 2 + R, 3 + R
+    nv = V * num_windows
+    col = lambda w, j: w * V + j                          # noqa: E731
+    rows, cols_, vals, rhs = [], [], [], []
+
+    def le(terms, bound: float) -> None:
+        for c, a in terms:
+            rows.append(len(rhs)), cols_.append(c), vals.append(a)
+        rhs.append(bound)
+
+    upper = np.empty(nv)
+    # σ of the cuts: from the least mean √e per part of a request to a full batch of the largest; a batch
+    # holds at most n requests, R_max, or about M over a typical part's KV (only tightness depends on it)
+    per_part = v[:, 4:] / np.maximum(v[:, :1], 1.0)
+    members = min(n, limits.R_max or n, max(1.0, limits.M / float(np.median(v[:, 3] / np.maximum(v[:, 0], 1.0)))))
+    lo_s = max(float(per_part.min()), 1e-9)
+    sigmas = np.geomspace(lo_s, max(2 * members * float(per_part.max()), 4 * lo_s), NUM_TANGENTS)
+    prices = [np.eye(R)[0]] + [np.eye(R)[4 + j] for j in range(nl)]
+    for (a, b), r in zip(lines, r_line):
+        for sM, sC in ((0.0, 0.0),) + SHARES:
+            prices.append(np.array([0.0, b + sC * r / limits.C, 1.0, sM * r / limits.M] + [0.0] * nl))
+    order = np.argsort(a_s, kind="stable")
+    arrived_need = np.cumsum(v[order], axis=0) / scale
+    for w in range(num_windows):
+        lo, hi, dw = edges[w], edges[w + 1], delta[w]
+        h_max = dw / r_max
+        upper[col(w, H)] = h_max
+        upper[col(w, RES):col(w, RES) + R] = np.array([n * h_max, limits.C * h_max, dw, limits.M * h_max] +
+                                                       [math.sqrt(n / r_max) * dw] * nl) / scale
+        upper[col(w, DD)], upper[col(w, Z)] = n, n * dw
+        m = int(np.searchsorted(a_s[order], hi, side="left"))          # arrived before the window's end
+        upper[col(w, CUM):col(w, CUM) + R] = arrived_need[m - 1] if m else 0.0
+        for (a, b), r in zip(lines, r_line):                            # time
+            le([(col(w, H), r), (col(w, RES + 1), b * scale[1]), (col(w, RES + 2), scale[2])], dw)
+        le([(col(w, RES + 3), scale[3]), (col(w, H), -float(limits.M))], 0.0)   # KV
+        le([(col(w, RES + 1), scale[1]), (col(w, H), -float(limits.C))], 0.0)   # tokens
+        if limits.R_max:
+            le([(col(w, RES), scale[0]), (col(w, H), -float(limits.R_max))], 0.0)
+        arrivals_area = float(np.clip(hi - np.maximum(a_s, lo), 0.0, None).sum())
+        # z >= ∫A - g(D), g(D) = ∫_w min(D_order(t), D) dt: concave piecewise linear, so one row per piece
+        d0, d1 = int(np.searchsorted(done_by, lo, side="right")), int(np.searchsorted(done_by, hi, side="right"))
+        le([(col(w, Z), -1.0), (col(w, DD), -dw)], -arrivals_area)        # the piece D <= d0 (slope Δ)
+        g = dw * d0
+        for m in range(d0, d1):
+            slope = hi - done_by[m]
+            le([(col(w, Z), -1.0), (col(w, DD), -slope)], -arrivals_area + g - slope * m)
+            g += slope
+        le([(col(w, Z), -1.0)], -arrivals_area + g)                       # the piece D >= d1
+        for j, r in enumerate(r_line):                                    # z >= r x + q²/h
+            for s in sigmas:
+                le([(col(w, Z), -1.0), (col(w, RES), r * scale[0]), (col(w, RES + 4 + j), 2 * s * scale[4 + j]),
+                    (col(w, H), -s * s)], 0.0)
+        if w:
+            le([(col(w - 1, DD), 1.0), (col(w, DD), -1.0)], 0.0)
+        for j in range(R):                                                # cumulative = previous + window
+            terms = [(col(w, CUM + j), 1.0), (col(w, RES + j), -1.0)] + ([(col(w - 1, CUM + j), -1.0)] if w else [])
+            le(terms, 0.0)
+            le([(c, -a) for c, a in terms], 0.0)
+        eligible = (a_s + own) <= hi
+        E = int(eligible.sum())
+        upper[col(w, DD)] = min(n, E, d1)
+        if E == 0:
+            continue
+        for phi in prices:
+            cost = np.sort(v[eligible] @ phi)
+            prefix = np.concatenate(([0.0], np.cumsum(cost)))
+            for k in np.unique(np.linspace(0, E - 1, NUM_BREAKS).astype(np.int64)):
+                if cost[k] <= 0:
+                    continue
+                # D <= k + (φ·S - prefix_k) / cost_k
+                le([(col(w, DD), 1.0)] + [(col(w, CUM + j), -phi[j] * scale[j] / cost[k]) for j in range(R) if phi[j]],
+                   k - prefix[k] / cost[k])
+    A = csr_matrix((vals, (rows, cols_)), shape=(len(rhs), nv))
+    c = np.zeros(nv)
+    c[Z::V] = 1.0
+    return WindowLP(c, A, np.array(rhs), upper, edges, V, R, lines, scale)
+
+
+def certified_dual(c: np.ndarray, A, b: np.ndarray, upper: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """For min c·v s.t. A v <= b, 0 <= v <= upper and any y >= 0: the Lagrangian dual value
+    -y·b + Σ_j upper_j min(0, (c + Aᵀy)_j), which is <= every feasible c·v, and a bound on the rounding
+    of its float evaluation (each of the m-term sums errs by at most m·eps·Σ|terms|, Higham's γ_m)."""
+    g = c + A.T @ y
+    g_abs = np.abs(c) + abs(A).T @ y
+    dual = -float(y @ b) + float((upper * np.minimum(g, 0.0)).sum())
+    m = A.shape[0] + A.shape[1] + 2
+    err = 2.0 * (m + 2) * EPS * (float(np.abs(y * b).sum()) + float((upper * g_abs).sum()))
+    return dual, err
