@@ -189,8 +189,9 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
                    "(exit 3 if it beats the certified bound)")
     p.add_argument("--methods", default=None,
                    help="bound methods, comma-separated (default: the cheap ones that apply to the objective: "
-                        "work,lp,lagrangian for latency; requests,order for the others, and chains for mean e2e); add 'search' for the "
-                        "exact solver's class-state A* (offline, linear cost) within --search-time-limit")
+                        "work,lp,lagrangian for latency; requests,order for the others, and chains,sharing for mean "
+                        "e2e); add 'search' for the exact solver's class-state A* (offline, linear cost) within "
+                        "--search-time-limit")
     p.add_argument("--search-time-limit", type=float, default=10.0,
                    help="seconds for the 'search' bound method (default 10)")
     p.add_argument("--cluster", default=None,
