@@ -20,7 +20,8 @@ from scipy.sparse import csr_matrix
 from infermax import Limits, Workload, simulate
 from infermax.bounds import lower_bound
 from infermax.bounds.costs import coefficients_of
-from infermax.bounds.sharing import WindowLP, certified_dual, needs, window_lp
+from infermax.bounds.certify import certified_dual
+from infermax.bounds.sharing import WindowLP, needs, window_lp
 from infermax.costmodel import get_cost_model
 from infermax.types import Request
 
@@ -135,10 +136,10 @@ def test_certified_dual_is_below_the_primal_for_any_multipliers():
     upper = np.full(12, 2.0)
     res = linprog(c, A_ub=A, b_ub=b, bounds=[(0, 2.0)] * 12, method="highs")
     y_opt = -res.ineqlin.marginals
-    dual, err = certified_dual(c, A, b, upper, y_opt)
+    dual, err = certified_dual(c, A, b, np.zeros(12), upper, y_opt)
     assert dual - err <= res.fun <= dual + 1e-7          # tight at the solver's multipliers
     for _ in range(200):
-        dual, err = certified_dual(c, A, b, upper, rng.exponential(rng.uniform(0.01, 3), 30))
+        dual, err = certified_dual(c, A, b, np.zeros(12), upper, rng.exponential(rng.uniform(0.01, 3), 30))
         assert dual - err <= res.fun + 1e-12
 
 

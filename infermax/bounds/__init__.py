@@ -5,7 +5,8 @@ returns the best value, which no valid schedule can beat. For the makespan
 (``latency``, and ``throughput`` as tokens over it: an upper bound there):
 
 - ``work``: closed-form work bound (`work`), with the arrival bound online;
-- ``lp``: LP relaxation of the aggregated class-count formulation (`lp`, HiGHS);
+- ``lp``: LP relaxation of the aggregated class-count formulation (`lp`, HiGHS; the value is the
+  dual at HiGHS's multipliers, `certify`, so the solver's accuracy is not trusted);
 - ``lagrangian``: Lagrangian relaxation of the per-batch constraints with
   per-request shortest paths (`lagrangian`);
 - ``milp``: the dual bound of the exact MILP (`infermax.solve_optimal`) when the

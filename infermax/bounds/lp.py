@@ -20,7 +20,9 @@ lengths, never on B. Variables (all continuous, >= 0):
          J_d + J_p >= J,  J_d <= J,  J_p <= J
 
 Every valid schedule maps to a feasible point with no larger objective, so the LP
-optimum is a lower bound on the latency (offline part).
+optimum is a lower bound on the latency (offline part). The value reported is the LP's
+dual at HiGHS's multipliers, less its rounding (`certify`): below the optimum whatever the
+solver's accuracy.
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
+from .certify import certified_dual
 from .costs import context_lengths
 
 
@@ -74,14 +77,23 @@ def lp_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tupl
     if limits.R_max is not None:
         J_lo = max(J_lo, float(O.sum()) / limits.R_max)
     bounds = [(J_lo, None), (0, None), (0, None), (0, None)] + [(0.0, float(k)) for k in n]
-    res = linprog(c, A_ub=np.array(rows), b_ub=np.array(rhs), bounds=bounds, method="highs")
-    if res.status != 0:
+    A, b = np.array(rows), np.array(rhs)
+    res = linprog(c, A_ub=A, b_ub=b, bounds=bounds, method="highs")
+    if res.status != 0 or getattr(res, "ineqlin", None) is None:
         raise RuntimeError(f"LP bound: HiGHS failed ({res.message})")
-    # HiGHS returns a primal solution; its dual value is the certified number
-    value = float(res.fun) + const
-    dual = getattr(res, "ineqlin", None)
+    # the number reported is the dual value at HiGHS's multipliers (`certify`), not its primal objective,
+    # over a box: a schedule of latency above `cap` needs no certificate (the value stays below cap), and
+    # one below it has NA <= cap and fewer than cap / (least time of a batch) batches
+    y = -np.asarray(res.ineqlin.marginals, dtype=np.float64)
+    cap = 2.0 * abs(float(res.fun) + const) + 1.0
+    per_batch = max(a + min(b, b * limits.C) for a, b in co.nonattn_lines) + min(co.decode_bias_s, co.prefill_bias_s)
+    J_cap = cap / per_batch if per_batch > 0 else np.inf
+    lower = np.array([lo for lo, _ in bounds], dtype=np.float64)
+    upper = np.array([J_cap, J_cap, J_cap, cap] + [hi for _, hi in bounds[4:]], dtype=np.float64)
+    dual, err = certified_dual(c, A, b, lower, upper, y)
+    value = min(dual - err + const, cap)
     certificate = {"batches": float(res.x[0]), "decode_batches": float(res.x[1]),
                    "prefill_batches": float(res.x[2]), "refill_tokens": float((res.x[4:] * L).sum()),
-                   "num_variables": nv, "num_constraints": len(rows),
-                   "duals": None if dual is None else [float(v) for v in dual.marginals]}
+                   "num_variables": nv, "num_constraints": len(rows), "primal_s": float(res.fun) + const,
+                   "duals": [float(v) for v in res.ineqlin.marginals]}
     return value, certificate

@@ -60,6 +60,7 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
+from .certify import certified_dual
 from .costs import context_lengths
 from .order import event_bounds
 from .requests import _lines, request_bounds
@@ -71,7 +72,6 @@ NUM_BREAKS = 30           # extended segments of each count function kept as con
 NUM_TANGENTS = 32         # σ of the q²/h cuts, geometric over the per-batch range of q/h
 #: prices φ per line: the per-batch time r spread over M and C with these shares (plain work at (0, 0))
 SHARES = ((1.0, 0.0), (0.5, 0.5))
-EPS = np.finfo(np.float64).eps
 
 
 def needs(co: LinearCoefficients, workload: Workload, limits: Limits,
@@ -126,7 +126,7 @@ def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits) ->
     if res.status != 0 or getattr(res, "ineqlin", None) is None:
         raise RuntimeError(f"sharing bound: HiGHS failed ({res.message})")
     y = np.maximum(-np.asarray(res.ineqlin.marginals, dtype=np.float64), 0.0)
-    total, err = certified_dual(lp.c, lp.A, lp.b, lp.upper, y)
+    total, err = certified_dual(lp.c, lp.A, lp.b, np.zeros(lp.c.size), lp.upper, y)
     value = float(total - err) / n
     return value, {"lp_value_s": float(res.fun) / n, "rounding_allowance_s": float(err) / n,
                    "num_windows": int(lp.edges.size - 1), "horizon_s": float(lp.edges[-1] - lp.edges[0]),
@@ -234,15 +234,3 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits) -> Win
     c = np.zeros(nv)
     c[Z::V] = 1.0
     return WindowLP(c, A, np.array(rhs), upper, edges, V, R, lines, scale)
-
-
-def certified_dual(c: np.ndarray, A, b: np.ndarray, upper: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """For min c·v s.t. A v <= b, 0 <= v <= upper and any y >= 0: the Lagrangian dual value
-    -y·b + Σ_j upper_j min(0, (c + Aᵀy)_j), which is <= every feasible c·v, and a bound on the rounding
-    of its float evaluation (each of the m-term sums errs by at most m·eps·Σ|terms|, Higham's γ_m)."""
-    g = c + A.T @ y
-    g_abs = np.abs(c) + abs(A).T @ y
-    dual = -float(y @ b) + float((upper * np.minimum(g, 0.0)).sum())
-    m = A.shape[0] + A.shape[1] + 2
-    err = 2.0 * (m + 2) * EPS * (float(np.abs(y * b).sum()) + float((upper * g_abs).sum()))
-    return dual, err
