@@ -51,6 +51,7 @@ states its certified optimality gap.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
@@ -66,7 +67,7 @@ from .costs import coefficients_of
 from .lagrangian import lagrangian_bound
 from .lp import lp_bound
 from .objectives import ALL, BASES, Objective, members, parse_objective, subset
-from .order import event_bounds, quantile_of_sorted
+from .order import EventBounds, event_bounds, quantile_of_sorted
 from .requests import request_bounds
 from .sharing import sharing_bound
 from .work import arrival_bound
@@ -150,14 +151,15 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
     certs: dict[str, dict] = {}
     walls: dict[str, float] = {}
     skipped: dict[str, str] = {}     # method: why it does not apply here
+    events = functools.cache(lambda metric: event_bounds(co, chosen, limits, metric))   # order and sharing read them
     runners = {
         "work": lambda: _safe(arrival_bound(co, workload, limits)),
         "lp": lambda: _safe(lp_bound(co, workload, limits)),
         "lagrangian": lambda: _safe(lagrangian_bound(co, workload, limits, upper=upper)),
         "requests": lambda: _safe(_requests_bound(co, chosen, limits, obj)),
-        "order": lambda: _safe(_order_bound(co, chosen, limits, obj)),
+        "order": lambda: _safe(_order_bound(events(obj.metric), obj)),
         "chains": lambda: _safe_or_none(_chains_bound(co, chosen, limits, obj, values.get("order", -math.inf))),
-        "sharing": lambda: _safe_or_none(_sharing_bound(co, chosen, limits, obj)),
+        "sharing": lambda: _safe_or_none(_sharing_bound(co, chosen, limits, obj, events)),
         "milp": lambda: _milp_bound(workload, block_limits, cost, obj.solver_name if obj.metric != "throughput"
                                     else "latency", milp_time_limit_s),
         "search": lambda: _search_bound(workload, limits, cost, search_time_limit_s),
@@ -201,9 +203,8 @@ def _requests_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
                    "num_requests": int(per.size)}
 
 
-def _order_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
-    """Order statistics of the event times (`order`): the mean flow, or the quantile of the flows."""
-    b = event_bounds(co, workload, limits, obj.metric)
+def _order_bound(b: EventBounds, obj: Objective) -> tuple[float, dict]:
+    """Order statistics of the event times (`order`, ``b``): the mean flow, or the quantile of the flows."""
     value = b.mean_flow_s if obj.quantile is None else quantile_of_sorted(b.flow_s, obj.quantile)
     return value, {"num_requests": int(b.flow_s.size), "first_flow_s": float(b.flow_s[0]),
                    "last_flow_s": float(b.flow_s[-1])}
@@ -217,11 +218,12 @@ def _chains_bound(co, workload, limits, obj: Objective, floor: float) -> tuple[f
     return chain_bound(co, workload, limits, floor)
 
 
-def _sharing_bound(co, workload, limits, obj: Objective) -> tuple[float | None, dict]:
-    """Shared batches and backlog in windows (`sharing`): the mean end-to-end latency."""
+def _sharing_bound(co, workload, limits, obj: Objective, events) -> tuple[float | None, dict]:
+    """Shared batches and backlog in windows (`sharing`): the mean end-to-end latency (``events(metric)``:
+    the order statistics, computed once for `order` and this)."""
     if obj.quantile is not None:
         return None, {"not_applicable": "a quantile (the sharing bound is on the mean)"}
-    return sharing_bound(co, workload, limits)
+    return sharing_bound(co, workload, limits, events("e2e").absolute_s)
 
 
 def _safe_or_none(result: tuple[float | None, dict]) -> tuple[float | None, dict]:

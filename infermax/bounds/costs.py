@@ -65,3 +65,12 @@ def cheapest_fill(length: np.ndarray, per_token_s: float, attn_s: float, per_req
     of any chunking is exactly ℓ(ℓ + 1)/2, and any fill is at least one chunk (one request slot)."""
     ell = length.astype(np.float64)
     return per_token_s * ell + attn_s * ell * (ell + 1) / 2 + per_request_s
+
+
+def chunk_end_sum(ell: np.ndarray, chunk: float) -> np.ndarray:
+    """The least Σ of the KV after each chunk of a fill of ℓ tokens from an empty cache in chunks of at
+    most ``chunk``: k = ⌈ℓ / chunk⌉ chunks, full ones last, Σ = k·ℓ − chunk·k(k − 1)/2 (more chunks only
+    add ends)."""
+    ell = np.asarray(ell, dtype=np.float64)
+    k = np.ceil(ell / chunk)
+    return k * ell - chunk * k * (k - 1) / 2

@@ -50,6 +50,7 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
+from .costs import chunk_end_sum
 from .requests import _lines, request_bounds
 
 EVENTS = ("ttft", "e2e")
@@ -81,7 +82,7 @@ def path_costs(co: LinearCoefficients, limits: Limits, per_token_s: float, mu: n
     cp = float(min(limits.C, limits.P))
     k = np.ceil(ell / cp)
     fill = ((per_token_s + co.prefill_token_s + mu_C + mu_P) * ell + co.prefill_attn_s * ell * (ell + 1) / 2
-            + k * (mu_R + co.request_s) + mu_M * (k * ell - cp * k * (k - 1) / 2))
+            + k * (mu_R + co.request_s) + mu_M * chunk_end_sum(ell, cp))
     decode = per_token_s + co.request_s + co.decode_kv_s * ell + mu_C + mu_M * ell + mu_R
     return fill, np.minimum(decode, fill)
 

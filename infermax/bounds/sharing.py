@@ -61,7 +61,7 @@ from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
 from .certify import certified_dual
-from .costs import context_lengths
+from .costs import cheapest_fill, chunk_end_sum, context_lengths
 from .order import event_bounds
 from .requests import _lines, request_bounds
 from .work import arrival_bound
@@ -83,13 +83,13 @@ def needs(co: LinearCoefficients, workload: Workload, limits: Limits,
     k = np.ceil(If / cp)
     ell, owner = context_lengths(I, O)
     L = ell.astype(np.float64)
-    fill_rest = co.request_s * k + co.prefill_attn_s * If * (If + 1) / 2 + co.prefill_token_s * If
-    refill_rest = co.request_s + co.prefill_attn_s * L * (L + 1) / 2 + co.prefill_token_s * L
+    fill_rest = cheapest_fill(If, co.prefill_token_s, co.prefill_attn_s, co.request_s * k)
+    refill_rest = cheapest_fill(L, co.prefill_token_s, co.prefill_attn_s, co.request_s)
     per = lambda v: np.bincount(owner, weights=v, minlength=n)          # noqa: E731  (sum per request)
     x = k + (O - 1)
     tau = If + (O - 1)
     omega = fill_rest + per(np.minimum(co.request_s + co.decode_kv_s * L, refill_rest))
-    K = k * If - cp * k * (k - 1) / 2 + per(L)           # chunk ends (full chunks last), then ℓ per token
+    K = chunk_end_sum(If, cp) + per(L)                   # the fill's chunk ends, then ℓ per later token
     cols = [x, tau, omega, K]
     for _, b in lines:
         cols.append(np.sqrt(b * If + fill_rest)
@@ -114,11 +114,13 @@ class WindowLP(NamedTuple):
     scale: np.ndarray
 
 
-def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits) -> tuple[float | None, dict]:
-    """Σ_i (C_i - a_i) / n >= the LP's certified dual value (module docstring)."""
+def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits,
+                  done_by: np.ndarray | None = None) -> tuple[float | None, dict]:
+    """Σ_i (C_i - a_i) / n >= the LP's certified dual value (module docstring). ``done_by``: `order`'s
+    completion order statistics of this workload, when the caller has them."""
     from scipy.optimize import linprog
 
-    lp = window_lp(co, workload, limits)
+    lp = window_lp(co, workload, limits, done_by)
     if lp is None:
         return None, {"not_applicable": "no line of the cost model has a positive per-batch time"}
     n = len(workload)
@@ -133,8 +135,10 @@ def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits) ->
                    "num_constraints": int(lp.b.size), "num_variables": int(lp.c.size)}
 
 
-def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits) -> WindowLP | None:
-    """The LP of the module docstring (None when no line has a positive per-batch time)."""
+def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
+              done_by: np.ndarray | None = None) -> WindowLP | None:
+    """The LP of the module docstring (None when no line has a positive per-batch time); ``done_by`` as in
+    :func:`sharing_bound`."""
     from scipy.sparse import csr_matrix
 
     lines = _lines(co, limits.C)
@@ -147,7 +151,8 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits) -> Win
     n, nl = a_s.size, len(lines)
     t0 = float(a_s.min())
     own = request_bounds(co, workload, limits)["e2e_s"]
-    done_by = event_bounds(co, workload, limits, "e2e").absolute_s      # k-th completion >= done_by[k - 1]
+    if done_by is None:                                  # the k-th completion is >= done_by[k - 1]
+        done_by = event_bounds(co, workload, limits, "e2e").absolute_s
     span = max(float((a_s + own).max()) - t0, arrival_bound(co, workload, limits)[0])
     num_windows = min(NUM_WINDOWS, 16 + 2 * n)
     edges = t0 + np.linspace(0.0, HORIZON * span, num_windows + 1)
