@@ -212,13 +212,13 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
             bar.close()
         rows.append({"policy": policy, "scheduler": name, **r.metrics})
         details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
-                        "num_preemptions": r.num_preemptions, "utilization": r.utilization.round(4).tolist()})
+                        "num_preemptions": r.num_preemptions, "num_overtakes": r.num_overtakes, "utilization": r.utilization.round(4).tolist()})
     if args.json:
         print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
         return 0
     print(f"workload {workload.name}  cluster {cluster.to_spec()}  ({cluster.num_replicas} replicas, "
           f"M = {cluster.replica_kv_capacity_tokens}, cost {cluster.cost_model_name()})")
-    print_table(rows, ("policy", "scheduler", *SUMMARY_KEYS))
+    print_table(rows, ("policy", "scheduler", *SUMMARY_KEYS, "num_preemptions", "num_overtakes"))
     tags = [{"policy": d["policy"], "scheduler": d["scheduler"], "tag": tag, **vals}
             for d in details for tag, vals in d["by_tag"].items()]
     if tags:

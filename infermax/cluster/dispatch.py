@@ -31,7 +31,7 @@ import numpy as np
 from infermax.types import Workload
 
 from .elastic import choose_elastic
-from .gang import PREFILL
+from .gang import DECODE, PREFILL, WAIT
 from .gang_runner import GangRunner
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
 from .placement import choose_elastic_gang
@@ -202,7 +202,9 @@ class Dispatcher:
         self.dispatch_s[i] = now
         g = self.gangs.of(r)
         if g is not None and g.phase == PREFILL and reps.held[r]:
-            self.gangs.suspend(g, now)
+            self.gangs.suspend(g, now)     # (unless its prefill ends within the kernel running now)
+        if g is not None and (g.phase == WAIT or (g.phase == DECODE and not self.pol.colocate)):
+            g.num_overtaken += 1           # the long request yields its replicas to this short one
         if reps.clock_s(r) < now and not reps.has_work(r) and not reps.held[r]:
             reps.wait_until(r, now)        # an idle replica wakes at the dispatch
         hand_off = self.pol.disaggregate and self.workload.output_lens[i] > 1 and not self.roles.is_long[i]

@@ -61,6 +61,7 @@ class Gang:
     switch_applied: float = 0.0   # the current step began by restoring a suspension's saved state
     suspended: bool = False       # a started prefill (or decode) is paused
     num_suspensions: int = 0
+    num_overtaken: int = 0        # short requests its members served ahead of it (pecsched.txt Table 6)
     first_scheduled_s: float = math.nan
     first_token_s: float = math.nan
     completion_s: float = math.nan

@@ -48,8 +48,16 @@ class ClusterResult:
 
     @property
     def num_preemptions(self) -> int:
-        """Suspensions of long requests (pecsched.txt Table 6)."""
+        """Suspension episodes of the long requests' gangs: a prefill paused at a kernel boundary or (/CoL) a
+        decode step yielded; one episode lasts until the members have no short work left."""
         return int(sum(g.num_suspensions for g in self.gangs))
+
+    @property
+    def num_overtakes(self) -> int:
+        """Preemptions the long requests experienced, counted per preempting request (pecsched.txt Table 6):
+        short requests sent to a gang's member while its prefill was unfinished (running, suspended or not
+        yet started) or, without colocation (/CoL), during its decode. An episode holds one or more."""
+        return int(sum(g.num_overtaken for g in self.gangs))
 
     @property
     def utilization(self) -> np.ndarray:
@@ -135,6 +143,7 @@ def _cluster_metrics(engine: Any, merged: Trace) -> dict[str, Any]:
     gangs, mig, disp = engine.gangs.gangs, engine.migrations, engine.dispatcher
     sp_bytes = [_gang_bytes(engine, g) for g in gangs]
     out: dict[str, Any] = {"num_preemptions": int(sum(g.num_suspensions for g in gangs)),
+                           "num_overtakes": int(sum(g.num_overtaken for g in gangs)),
                            "num_migrations": len(mig.records),
                            "nvlink_bytes": mig.link_bytes["nvlink"] + sum(b[0] for b in sp_bytes),
                            "network_bytes": mig.link_bytes["network"] + sum(b[1] for b in sp_bytes)}

@@ -125,3 +125,33 @@ def test_the_local_queue_counters_are_the_sums_they_stand_for(monkeypatch):
     evicts = simulate_cluster("fixed:I=400,O=300,B=500", "a100:nodes=1,gpus_per_node=2,model=llama2-7b", "fifo",
                               "vllm", "C=4096")
     assert evicts.trace.requests["num_evictions"].sum() > 0 and len(checked) > 500
+
+
+def _overtakes_from_schedule(r, colocate: bool) -> list[int]:
+    """Per gang, the short requests dispatched to one of its members after the gang formed (a short request
+    sent in the same decision was walked first: short requests lead the queue) and before its prefill's last
+    segment ended (without colocation, before its completion), read off the schedule."""
+    doc = r.cluster_schedule()
+    index = {int(x): k for k, x in enumerate(r.trace.requests["id"])}
+    counts = []
+    for g in doc.gangs:
+        formed = r.dispatch_s[index[g["request"]]]
+        prefill = [s for s in g["steps"] if s["phase"] == "prefill"]
+        until = g["steps"][-1]["end_s"] if not colocate else prefill[-1]["end_s"]
+        counts.append(sum(1 for m in g["members"] for _, t, kind, _, *_ in doc.events[m]
+                          if kind == "dispatch" and formed < t < until))
+    return counts
+
+
+def test_overtakes_count_the_short_requests_each_long_request_yields_to(busy):
+    """Table 6's preemptions, per preempting request: every short request sent to a gang's member while its
+    prefill is unfinished (/CoL: until it completes); one suspension episode holds at least one of them."""
+    w, runs = busy
+    for policy, r in runs.items():
+        colocate = policy != "pecsched-col"
+        assert [g.num_overtaken for g in r.gangs] == _overtakes_from_schedule(r, colocate)
+        assert r.num_overtakes == r.metrics["num_overtakes"] == sum(g.num_overtaken for g in r.gangs)
+        assert all(g.num_overtaken >= g.num_suspensions for g in r.gangs)
+    assert runs["pecsched-pe"].num_overtakes == 0 and runs["pecsched"].num_overtakes > runs["pecsched"].num_preemptions
+    fifo = simulate_cluster(w, EIGHT, "fifo", "sarathi", decode_replicas=2, sp_replicas=3)
+    assert fifo.num_overtakes == fifo.num_preemptions == 0
