@@ -10,6 +10,8 @@ that work as their priority key:
   so a refill is not the next victim). A running request short of KV evicts the running requests
   of lowest priority (recompute); a waiting one is admitted only into free KV (its whole input
   reserved), in priority order. ``bound-e2e-ef`` reserves the peak I + O - 1 instead: no eviction.
+  ``prefill_budget=N`` caps a batch's prompt tokens at N (default: the limits' P); decode-bound traces
+  want a small N, prompt-bound ones a larger one (docs/bounds.md, "Both traces, one knob").
 - ``bound-ttft``: the witness of the TTFT bound made a policy. Requests still waiting for their
   first token come first, by remaining first-token work (the fill left, recomputed every batch);
   they may evict requests past their first token (recomputed later), and a running (partial) fill
@@ -204,6 +206,8 @@ class BoundGuided(Scheduler):
         self._pos[order] = np.arange(order.size)
         running = order[state.status[order] == RUNNING]
         d = _Draft(state, self._R, self._stamp, int(self._reserved(state, running).sum()))
+        if self.objective == "e2e" and self.prefill_budget is not None:
+            d.P = min(d.P, self.prefill_budget)       # prompt tokens a batch may carry (as Limits.P)
         if num_pre:
             budget = self._budget(state, order[:num_pre])
             C = d.C
@@ -362,11 +366,13 @@ def bound_ttft(co_batch: bool = False, prefill_budget: int | None = None, R_max:
 
 @register_scheduler("bound-e2e", "Bound-guided e2e: shortest remaining bound work first (fluid SRPT order), "
                     "hybrid chunked batches, running requests evict the lowest priority")
-def bound_e2e(eviction_free: bool = False, R_max: int | None = None) -> BoundGuided:
-    return BoundGuided(objective="e2e", eviction_free=eviction_free, R_max=R_max)
+def bound_e2e(eviction_free: bool = False, R_max: int | None = None,
+              prefill_budget: int | None = None) -> BoundGuided:
+    return BoundGuided(objective="e2e", eviction_free=eviction_free, R_max=R_max, prefill_budget=prefill_budget)
 
 
 @register_scheduler("bound-e2e-ef", "Bound-guided e2e, eviction-free: shortest bound work first, each request's "
                     "peak KV (I+O-1) reserved at admission")
-def bound_e2e_ef(R_max: int | None = None) -> BoundGuided:
-    return BoundGuided(objective="e2e", eviction_free=True, R_max=R_max, name="bound-e2e-ef")
+def bound_e2e_ef(R_max: int | None = None, prefill_budget: int | None = None) -> BoundGuided:
+    return BoundGuided(objective="e2e", eviction_free=True, R_max=R_max, prefill_budget=prefill_budget,
+                       name="bound-e2e-ef")
