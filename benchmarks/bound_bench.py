@@ -8,9 +8,9 @@ gap <= 10 % on every cell, each bound <= 60 s.
 ``--objective ttft,e2e,ttft_p99`` (any names of ``infermax.bounds.objectives``): the same six cells
 and the two Splitwise traces (n = 2000, their own arrivals, M = 100K, C = 4096); per cell and
 objective, the best registered heuristic (by that objective), its value, the certified bound, the
-gap and the bound's CPU time (``bound-e2e-ef`` also with prefill budgets C/2 .. C/16). ``--witness`` adds, for TTFT objectives, a schedule that is no
-heuristic: every prompt prefilled as soon as it can be (shortest remaining prompt first, chunks
-up to C), each request evicted right after its first token, the rest finished by sarathi — replayed,
+gap and the bound's CPU time (``bound-e2e-ef`` also with prefill budgets C/2 .. C/16). ``--witness``
+adds, for TTFT objectives, a schedule that is no heuristic: every prompt prefilled as soon as it can
+be (shortest remaining prompt first, chunks up to C), each request evicted right after its first token, the rest finished by sarathi — replayed,
 it shows how much of a TTFT gap is the heuristics' and how much the bound's (the best of five
 prefill budgets per batch, C / 2^s, s < 5). The bound-guided schedulers (``bound-*``, issue 23
 item 4) are registered heuristics like the others, but get their own columns: the best of them,

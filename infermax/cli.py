@@ -212,7 +212,8 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
             bar.close()
         rows.append({"policy": policy, "scheduler": name, **r.metrics})
         details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
-                        "num_preemptions": r.num_preemptions, "num_overtakes": r.num_overtakes, "utilization": r.utilization.round(4).tolist()})
+                        "num_preemptions": r.num_preemptions, "num_overtakes": r.num_overtakes,
+                        "utilization": r.utilization.round(4).tolist()})
     if args.json:
         print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
         return 0
