@@ -49,6 +49,28 @@ mean need, is solved by HiGHS, but the value reported is its Lagrangian dual at 
 y >= 0 over the box,
 -y·b + Σ_j u_j min(0, (c + Aᵀy)_j), minus a bound on its own rounding: valid for ANY y, so the
 solver's accuracy is never trusted. The mean is that total over n.
+
+Three refinements keep every schedule's point feasible, so the proof above stands (2026-11-27: 7.374 →
+7.488 s on the conversation trace):
+
+1. *Windows.* The proof holds for any partition of [t_0, T] into windows (nothing in it uses equal
+   lengths). ``WINDOW_SHARE`` of the windows cut [t_0, t_0 + the makespan bound (`work`'s arrival
+   bound)] evenly, the rest the time from there to the horizon: the completions are decided before
+   the makespan bound, and after it only the last requests remain.
+2. *Segments of the count functions.* Each count row is one extended segment of a concave function,
+   above it everywhere; any subset is valid. Half of them are spread evenly over k = 0..E-1 as before,
+   half at k = E - (geometric from 1 to E): near the top, where a window's D lies (all but the
+   last few tens of the eligible requests are done by a window's end).
+3. *Boxes of the cumulative amounts.* Request i's (scaled) amounts by a window's end t = edges[w + 1]
+   come from its parts in batches, each batch b weighted by f_b, its share of time in windows up to w,
+   and only batches after a_i carry i's parts. Every batch lasts at least r_max = max over lines of
+   (a + β) (d_b >= the largest line's value + the cheapest bias), and the batches holding i's parts
+   are disjoint in time, so Σ f_b over them <= (t - a_i)/r_max: i's parts (x) by t are at most
+   (t - a_i)/r_max; its tokens at most C times that, its KV at most M times that (a part holds <= C
+   tokens and <= M KV); its ω at most t - a_i (e_j <= d_b and Σ f_b d_b <= t - a_i); and each √e_j
+   <= sqrt(d_b) <= d_b / sqrt(r_max), so its q at most (t - a_i)/sqrt(r_max). Scaling only lowers
+   them, and they never exceed its need v_i, so the cumulative amounts by window w are boxed by
+   Σ_{a_i < t} min(v_i, those caps) — at most the arrived need of the LP before.
 """
 from __future__ import annotations
 
@@ -66,9 +88,10 @@ from .order import event_bounds
 from .requests import _lines, request_bounds
 from .work import arrival_bound
 
-NUM_WINDOWS = 120         # windows over [first arrival, horizon] (fewer for few requests: 16 + 2n)
+NUM_WINDOWS = 140         # windows over [first arrival, horizon] (fewer for few requests: 16 + 2n)
 HORIZON = 1.2             # horizon: this many times the larger of the makespan bound and the latest own finish
-NUM_BREAKS = 30           # extended segments of each count function kept as constraints
+WINDOW_SHARE = 0.9        # share of the windows over [first arrival, first arrival + the makespan bound]
+NUM_BREAKS = 24           # extended segments of each count function kept as constraints (half near its top)
 NUM_TANGENTS = 32         # σ of the q²/h cuts, geometric over the per-batch range of q/h
 #: prices φ per line: the per-batch time r spread over M and C with these shares (plain work at (0, 0))
 SHARES = ((1.0, 0.0), (0.5, 0.5))
@@ -153,9 +176,10 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     own = request_bounds(co, workload, limits)["e2e_s"]
     if done_by is None:                                  # the k-th completion is >= done_by[k - 1]
         done_by = event_bounds(co, workload, limits, "e2e").absolute_s
-    span = max(float((a_s + own).max()) - t0, arrival_bound(co, workload, limits)[0])
+    makespan = arrival_bound(co, workload, limits)[0]
+    span = max(float((a_s + own).max()) - t0, makespan)
     num_windows = min(NUM_WINDOWS, 16 + 2 * n)
-    edges = t0 + np.linspace(0.0, HORIZON * span, num_windows + 1)
+    edges = t0 + window_edges(num_windows, min(makespan, HORIZON * span), HORIZON * span)
     delta = np.diff(edges)
     v = needs(co, workload, limits, lines)
     R = v.shape[1]                                       # resources: x, τ, ω, K, q per line
@@ -184,8 +208,6 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     for (a, b), r in zip(lines, r_line):
         for sM, sC in ((0.0, 0.0),) + SHARES:
             prices.append(np.array([0.0, b + sC * r / limits.C, 1.0, sM * r / limits.M] + [0.0] * nl))
-    order = np.argsort(a_s, kind="stable")
-    arrived_need = np.cumsum(v[order], axis=0) / scale
     for w in range(num_windows):
         lo, hi, dw = edges[w], edges[w + 1], delta[w]
         h_max = dw / r_max
@@ -193,8 +215,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
         upper[col(w, RES):col(w, RES) + R] = np.array([n * h_max, limits.C * h_max, dw, limits.M * h_max] +
                                                        [math.sqrt(n / r_max) * dw] * nl) / scale
         upper[col(w, DD)], upper[col(w, Z)] = n, n * dw
-        m = int(np.searchsorted(a_s[order], hi, side="left"))          # arrived before the window's end
-        upper[col(w, CUM):col(w, CUM) + R] = arrived_need[m - 1] if m else 0.0
+        upper[col(w, CUM):col(w, CUM) + R] = done_by_cap(v, a_s, hi, r_max, limits, nl) / scale   # change 3
         for (a, b), r in zip(lines, r_line):                            # time
             le([(col(w, H), r), (col(w, RES + 1), b * scale[1]), (col(w, RES + 2), scale[2])], dw)
         le([(col(w, RES + 3), scale[3]), (col(w, H), -float(limits.M))], 0.0)   # KV
@@ -229,7 +250,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
         for phi in prices:
             cost = np.sort(v[eligible] @ phi)
             prefix = np.concatenate(([0.0], np.cumsum(cost)))
-            for k in np.unique(np.linspace(0, E - 1, NUM_BREAKS).astype(np.int64)):
+            for k in count_breaks(E):                                 # change 2: any subset of segments
                 if cost[k] <= 0:
                     continue
                 # D <= k + (φ·S - prefix_k) / cost_k
@@ -239,3 +260,32 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     c = np.zeros(nv)
     c[Z::V] = 1.0
     return WindowLP(c, A, np.array(rhs), upper, edges, V, R, lines, scale)
+
+
+def window_edges(num_windows: int, makespan: float, horizon: float) -> np.ndarray:
+    """Edges (from 0) of ``num_windows`` windows: ``WINDOW_SHARE`` of them evenly over [0, ``makespan``],
+    the rest evenly over [``makespan``, ``horizon``] (change 1: any partition of [0, horizon] is valid)."""
+    if not 0.0 < makespan < horizon or num_windows < 2:
+        return np.linspace(0.0, horizon, num_windows + 1)
+    first = min(num_windows - 1, max(1, int(round(WINDOW_SHARE * num_windows))))
+    return np.concatenate([np.linspace(0.0, makespan, first + 1),
+                           np.linspace(makespan, horizon, num_windows - first + 1)[1:]])
+
+
+def count_breaks(E: int) -> np.ndarray:
+    """Indices k of the kept extended segments of a count function over E eligible requests (change 2):
+    half evenly over 0..E-1, half at E - (geometric from 1 to E)."""
+    half = NUM_BREAKS // 2
+    even = np.linspace(0, E - 1, NUM_BREAKS - half).astype(np.int64)
+    top = E - np.unique(np.geomspace(1, max(E, 1), half).astype(np.int64))
+    return np.unique(np.clip(np.concatenate([even, top]), 0, E - 1))
+
+
+def done_by_cap(v: np.ndarray, a_s: np.ndarray, t: float, r_max: float, limits: Limits, nl: int) -> np.ndarray:
+    """Σ over the requests arrived before ``t`` of min(need, what it can have done since arrival) per
+    resource (change 3): parts (t - a)/r_max, tokens C and KV M times that, ω t - a, q (t - a)/sqrt(r_max)."""
+    arrived = a_s < t
+    el = t - a_s[arrived]
+    cap = np.stack([el / r_max, limits.C * el / r_max, el, limits.M * el / r_max]
+                   + [el / math.sqrt(r_max)] * nl, axis=1)
+    return np.minimum(v[arrived], cap).sum(axis=0)
