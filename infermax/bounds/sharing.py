@@ -247,10 +247,11 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
         upper[col(w, DD)] = min(n, E, d1)
         if E == 0:
             continue
+        breaks = count_breaks(E)                                      # change 2: any subset of segments
         for phi in prices:
             cost = np.sort(v[eligible] @ phi)
             prefix = np.concatenate(([0.0], np.cumsum(cost)))
-            for k in count_breaks(E):                                 # change 2: any subset of segments
+            for k in breaks:
                 if cost[k] <= 0:
                     continue
                 # D <= k + (φ·S - prefix_k) / cost_k
