@@ -8,11 +8,12 @@ gap <= 10 % on every cell, each bound <= 60 s.
 ``--objective ttft,e2e,ttft_p99`` (any names of ``infermax.bounds.objectives``): the same six cells
 and the two Splitwise traces (n = 2000, their own arrivals, M = 100K, C = 4096); per cell and
 objective, the best registered heuristic (by that objective), its value, the certified bound, the
-gap and the bound's CPU time (``bound-e2e-ef`` also with prefill budgets C/2 .. C/16). ``--witness``
-adds, for TTFT objectives, a schedule that is no heuristic: every prompt prefilled as soon as it can
-be (shortest remaining prompt first, chunks up to C), each request evicted right after its first token, the rest finished by sarathi — replayed,
-it shows how much of a TTFT gap is the heuristics' and how much the bound's (the best of five
-prefill budgets per batch, C / 2^s, s < 5). The bound-guided schedulers (``bound-*``, issue 23
+gap and the bound's CPU time (``bound-e2e-ef`` also with prefill budgets C/2 .. C/16 and the points
+between). ``--witness`` adds, for TTFT objectives, a schedule that is no heuristic: every prompt
+prefilled as soon as it can be (shortest remaining prompt first, chunks up to C), each request
+evicted right after its first token, the rest finished by sarathi — replayed, it shows how much of
+a TTFT gap is the heuristics' and how much the bound's (the best of five prefill budgets per batch,
+C / 2^s, s < 5). The bound-guided schedulers (``bound-*``, issue 23
 item 4) are registered heuristics like the others, but get their own columns: the best of them,
 its value and the certified gap after them (``new_gap_%``: of the best of all registered ones);
 ``gap_%`` stays the gap of the best existing heuristic.
@@ -39,9 +40,11 @@ GRID = [(I, O) for I in (16, 256, 1024) for O in (32, 1024)]
 TRACES = ("splitwise_conv", "splitwise_code")
 #: name prefix of the bound-guided schedulers (schedulers/boundguided.py), reported beside the others
 GUIDED = "bound-"
-#: ``bound-e2e-ef`` is also run with a fixed prefill budget of C / 2^s tokens a batch, s in BUDGET_SHIFTS (the
-#: budgets ``bound-ttft`` chooses among per batch): decode-heavy traces want small ones, prompt-heavy ones larger
-BUDGET_SHIFTS = (1, 2, 3, 4)
+#: ``bound-e2e-ef`` is also run with a fixed prefill budget of k·C/32 tokens a batch, k in BUDGET_32THS: C/2 .. C/16
+#: (the budgets ``bound-ttft`` chooses among per batch) and the points 3/2 of each between (a ratio of 4/3 or 3/2
+#: per step): decode-heavy traces want small ones, prompt-heavy ones larger; both traces are flat to about
+#: 1 % within a step of their best (docs/bounds.md, "Both traces, one knob")
+BUDGET_32THS = (16, 12, 8, 6, 4, 3, 2)
 
 
 def makespan_table(names: list[str]) -> None:
@@ -122,7 +125,7 @@ def objective_table(names: list[str], objectives: list[str], witness: bool) -> N
     cells = [(f"I={I},O={O}", Workload.from_spec(f"fixed:I={I},O={O},B=1024"), "grid") for I, O in GRID]
     cells += [(t, Workload.from_spec(f"trace:{t},n=2000"), "trace") for t in TRACES]
     if "bound-e2e-ef" in names:
-        names = names + [f"bound-e2e-ef:prefill_budget={lim.C >> s}" for s in BUDGET_SHIFTS]
+        names = names + [f"bound-e2e-ef:prefill_budget={k * lim.C // 32}" for k in BUDGET_32THS]
     print(f"{'cell':>15} {'objective':>9} {'best heuristic':>17} {'value_s':>9} {'best bound-*':>13} {'new_s':>9} "
           f"{'bound_s':>9} {'gap_%':>6} {'new_gap_%':>9} {'bound_cpu_s':>11}"
           + (f" {'witness_s':>9} {'wit_gap_%':>9}" if witness else ""))
