@@ -9,9 +9,9 @@ that work as their priority key:
   (the fill left, then every later token at its context: the fluid machine's SRPT order, which the
   order-statistic bound serves; on the Splitwise traces it beats the total work w_i fixed at arrival:
   conversation 15.77 -> 15.73 s, code 10.76 -> 10.67 s at their best budgets). A running request short
-  of KV evicts the running requests of lowest priority (recompute; the victim's key rises by its refill,
-  so it is not the top request's next victim); a waiting one is admitted only into free KV (its whole
-  input reserved), in priority order. ``bound-e2e-ef`` reserves the peak I + O - 1 instead: no eviction.
+  of KV evicts the running requests of lowest priority (recompute; the victim's key rises by its refill);
+  a waiting one is admitted only into free KV (its whole input reserved), in priority order.
+  ``bound-e2e-ef`` reserves the peak I + O - 1 instead: no eviction.
   ``prefill_budget=N`` caps a batch's prompt tokens at N (default: the limits' P); decode-bound traces
   want a small N, prompt-bound ones a larger one (docs/bounds.md, "Both traces, one knob").
 - ``bound-ttft``: the witness of the TTFT bound made a policy. Requests still waiting for their
@@ -26,9 +26,10 @@ that work as their priority key:
   because a prompt that arrives during such a batch waits for all of it.
 
 Both are live: the top-priority request may evict every running request below it (a running fill
-needs no new KV, its input is reserved), its key never rises while it runs, and an empty cache
-takes any single request (I + O - 1 <= M). KV is counted against what ``ServingState.apply``
-checks (reserved >= held, in blocks when ``Limits.block_size`` > 1), so a plan is valid as built.
+needs no new KV, its input is reserved), its key never rises while it runs (for e2e a key falls
+while its request runs and rises only when a higher-priority request evicts it), and an empty cache
+takes any single request (I + O - 1 <= M). KV is counted against what ``ServingState.apply`` checks
+(reserved >= held, in blocks when ``Limits.block_size`` > 1), so a plan is valid as built.
 Cost models that are not linear (the bounds do not cover them) price work in tokens instead: a
 prompt token 1, a later token a measured decode/prefill cost ratio scaled by its context.
 """
