@@ -42,8 +42,8 @@ TRACES = ("splitwise_conv", "splitwise_code")
 GUIDED = "bound-"
 #: ``bound-e2e-ef`` is also run with a fixed prefill budget of k·C/32 tokens a batch, k in BUDGET_32THS: C/2 .. C/16
 #: (the budgets ``bound-ttft`` chooses among per batch) and the points 3/2 of each between (a ratio of 4/3 or 3/2
-#: per step): decode-heavy traces want small ones, prompt-heavy ones larger; both traces are flat to about
-#: 1 % within a step of their best (docs/bounds.md, "Both traces, one knob")
+#: per step): decode-heavy traces want small ones (the conversation trace 256, the smallest here), prompt-heavy
+#: ones larger (the code trace 640-768, flat to 1 % there; docs/bounds.md, "Both traces, one knob")
 BUDGET_32THS = (16, 12, 8, 6, 4, 3, 2)
 
 
