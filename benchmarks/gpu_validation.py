@@ -125,9 +125,8 @@ def _child(fn, ctx) -> None:
     os.dup2(log.fileno(), 2)
     code = 0
     try:
-        if ctx.device == "cpu":
-            import torch
-
+        torch = sys.modules.get("torch")      # preloaded by main (a bare run_step call may not have it)
+        if torch is not None and ctx.device == "cpu":
             torch.set_num_threads(1)          # tiny shapes gain nothing from threads on a shared CPU
         ctx.record("summary", **fn(ctx))
     except BaseException:                     # noqa: BLE001 - everything a step raises is its result

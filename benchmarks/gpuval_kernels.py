@@ -177,7 +177,7 @@ def _sdpa(case: Case, x: dict[str, Any]) -> tuple[str, Any]:
         try:
             run()
             return label, run
-        except (RuntimeError, ValueError) as exc:
+        except Exception as exc:             # noqa: BLE001 - whatever SDPA refuses with is the answer
             errors.append(f"{label}: {str(exc).splitlines()[0][:160]}")
     return "flash unavailable: " + " | ".join(errors), None
 
@@ -305,7 +305,8 @@ def format_correctness(records: list[dict]) -> list[str]:
         elif r["kind"] == "skipped":
             lines.append(f"{r['case']:<30}skipped: {r['reason']}")
     if summary:
-        lines.append(f"all passed: {summary['passed']} ({summary['cases']} cases; failed: {summary['failed'] or 'none'})")
+        lines.append(f"all passed: {summary['passed']} ({summary['cases']} cases; "
+                     f"failed: {summary['failed'] or 'none'})")
     return lines
 
 

@@ -87,7 +87,11 @@ def run(ctx: Ctx) -> dict[str, Any]:
     stat = "median" if ctx.cuda else "min"
     report, held = accuracy_report(str(folder), model=model, gpu=_gpu_spec_name(info), stat=stat)
     ctx.record("fit", table=_report_text(report), report=report)
-    plot_accuracy(held, ctx.out / "profile_fit.png", title=f"{_label(model)} {ctx.dtype} on {info['name']} (held-out)")
+    try:
+        plot_accuracy(held, ctx.out / "profile_fit.png",
+                      title=f"{_label(model)} {ctx.dtype} on {info['name']} (held-out)")
+    except Exception as exc:              # noqa: BLE001 - the numbers are recorded already
+        ctx.record("plot_error", error=repr(exc))
     batches = _measured_batches(ctx, model, stat, report["coefficients"]) if ctx.time_left() > 0 else None
     return {"model": _label(model), "dtype": ctx.dtype, "profile": str(folder),
             "non_attention_median_ape": report["non_attention"]["median_ape"],
