@@ -70,9 +70,21 @@ def hidden_modules() -> list[str]:
                   and not module.startswith("_"))
 
 
-def _run(args: list[str], hide: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", RUNNER, ",".join(hide), str(SCRIPT), *args], cwd=ROOT,
+def _run(args: list[str], hide: list[str], timeout: float = 600,
+         script: Path = SCRIPT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", RUNNER, ",".join(hide), str(script), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def test_infermax_imports_and_simulates_without_what_the_gpu_machine_lacks(tmp_path):
+    script = tmp_path / "use.py"
+    script.write_text("import infermax, infermax.execute.validation, infermax.costmodel.accuracy\n"
+                      "r = infermax.simulate('fixed:I=8,O=2,B=2', 'vllm')\n"
+                      "print('latency', r.metrics['latency_s'])\n"
+                      "import ortools\n")                    # must be absent in this interpreter
+    proc = _run([], hide=hidden_modules(), timeout=120, script=script)
+    assert "latency" in proc.stdout, proc.stderr
+    assert proc.returncode != 0 and "No module named 'ortools'" in proc.stderr
 
 
 def test_the_hidden_set_holds_the_solvers_and_not_what_the_gpu_machine_has():
@@ -182,3 +194,15 @@ def test_a_bad_dtype_is_refused_by_name(tmp_path):
     with pytest.raises(ValueError, match="dtype must be float32, float16 or bfloat16, got 'int8'"):
         build_model("llama-tiny", dtype="int8")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.gpu
+def test_kernels_within_tolerance_on_the_gpu(tmp_path):
+    """On a CUDA machine: step 1 of the real run (full shapes)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--steps", "kernels_correct", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    steps = json.loads((tmp_path / "gpu_validation.json").read_text())["steps"]
+    assert proc.returncode == 0 and steps["kernels_correct"]["summary"]["passed"], proc.stdout[-3000:]
