@@ -7,6 +7,7 @@ pytest, hypothesis, ray, ...), so that an import the GPU machine cannot satisfy 
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata as md
 import importlib.util
 import json
@@ -62,15 +63,16 @@ def _closure(roots) -> set[str]:
     return seen
 
 
-def hidden_modules() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def hidden_modules() -> tuple[str, ...]:
     """Top-level modules of every installed distribution the GPU machine does not have."""
     keep = _closure(GPU_MACHINE)
-    return sorted(module for module, dists in md.packages_distributions().items()
+    return tuple(sorted(module for module, dists in md.packages_distributions().items()
                   if not any(_norm(d) in keep for d in dists) and module not in sys.stdlib_module_names
-                  and not module.startswith("_"))
+                  and not module.startswith("_")))
 
 
-def _run(args: list[str], hide: list[str], timeout: float = 600,
+def _run(args: list[str], hide, timeout: float = 600,
          script: Path = SCRIPT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", RUNNER, ",".join(hide), str(script), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
