@@ -58,6 +58,7 @@ MLP_OPS = ("emb", *LAYER_OPS, "lm_head")
 PER_FORWARD_OPS = PER_MODEL_OPS             # timed once per pass, not per layer
 ATTENTION_OPS = ("attn_input_reshape", "attn_kv_cache_save", "attn_prefill", "attn_decode", "attn_output_reshape")
 STATS = ("min", "max", "mean", "median", "std")
+DTYPES = ("float32", "float16", "bfloat16")
 BLOCK_SIZE = 16
 
 
@@ -110,17 +111,18 @@ class _Net:
     ``num_blocks`` blocks of ``BLOCK_SIZE`` slots per layer.
     """
 
-    def __init__(self, spec: ModelSpec, device: str, seed: int, num_blocks: int, max_positions: int) -> None:
+    def __init__(self, spec: ModelSpec, device: str, seed: int, num_blocks: int, max_positions: int,
+                 dtype: str | None = None) -> None:
         import torch
         self.torch, self.spec, self.device = torch, spec, device
-        self.dtype = {4: torch.float32, 2: torch.float16}[spec.dtype_bytes]
+        self.dtype = getattr(torch, _dtype_name(spec, dtype))
         self.rng = np.random.default_rng(seed)
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=device).manual_seed(seed)      # drawn where they live (an 8B model in seconds)
         d, hd, f = spec.hidden_size, spec.head_dim, spec.ffn_size
         self.q_out, self.kv_out = spec.num_heads * hd, spec.num_kv_heads * hd
 
         def weight(*shape: int) -> Any:
-            return (torch.randn(*shape, generator=gen) / shape[-1] ** 0.5).to(device=device, dtype=self.dtype)
+            return (torch.randn(*shape, generator=gen, device=device) / shape[-1] ** 0.5).to(dtype=self.dtype)
 
         def ones() -> Any:
             return torch.ones(d, device=device, dtype=self.dtype)
@@ -315,20 +317,31 @@ def _check_device(device: str) -> None:
         raise ValueError(f"device must be 'cpu' or 'cuda[:i]', got {device!r}")
 
 
+def _dtype_name(spec: ModelSpec, dtype: str | None) -> str:
+    """The weights' dtype: ``dtype`` if given, else the spec's (4 bytes float32, 2 bytes float16)."""
+    if dtype is None:
+        return {4: "float32", 2: "float16"}[spec.dtype_bytes]
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    return dtype
+
+
 def _blocks(tokens: int, cached: int) -> int:
     return -(-(tokens + cached) // BLOCK_SIZE)
 
 
 def profile_model(model: "str | ModelSpec" = "llama-tiny", device: str = "cpu", out_dir: str | Path = "profiles",
                   grid: ProfileGrid | None = None, seed: int = 0, threads: int | None = 1,
-                  progress: Callable[[int, int], None] | None = None) -> Path:
+                  progress: Callable[[int, int], None] | None = None, dtype: str | None = None) -> Path:
     """Measure every operator on ``grid`` and write mlp.csv and attention.csv; returns the profile directory.
 
     ``progress(done, total)`` is called after each timed forward pass (the CLI draws a bar).
+    ``dtype``: the weights' and KV cache's dtype (one of ``DTYPES``; default the spec's).
     """
     import torch
     _check_device(device)
     spec, grid = get_model_spec(model), grid or ProfileGrid()
+    _dtype_name(spec, dtype)                      # a bad dtype fails before any folder is made
     folder = Path(out_dir) / device.split(":")[0] / spec.name
     try:
         folder.mkdir(parents=True, exist_ok=True)     # before measuring: an unwritable out fails now
@@ -342,7 +355,7 @@ def profile_model(model: "str | ModelSpec" = "llama-tiny", device: str = "cpu", 
                + [(1, c, kv, True) for c in grid.prefill_chunk for kv in grid.prefill_kv])
     num_blocks = max([_blocks(n, 0) for n in grid.num_tokens] + [b * _blocks(q, kv) for b, q, kv, _ in configs])
     max_len = max(max(grid.num_tokens), max(grid.decode_kv) + 1, max(grid.prefill_kv) + max(grid.prefill_chunk))
-    net = _Net(spec, device, seed, num_blocks, max_len)
+    net = _Net(spec, device, seed, num_blocks, max_len, dtype)
     # non-attention rows: one prefill chunk of n tokens, the LM head on n rows
     batches = [net.batch(np.array([n]), np.array([0]), np.array([False]), logits_rows=n) for n in grid.num_tokens]
     batches += [net.batch(np.full(b, q), np.full(b, kv), np.full(b, not prefill)) for b, q, kv, prefill in configs]
@@ -381,7 +394,7 @@ def _write_attention(path: Path, spec: ModelSpec, configs: list[tuple[int, int, 
 
 def measure_batch_s(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]], model: "str | ModelSpec" = "llama-tiny",
                     device: str = "cpu", repeats: int = 3, seed: int = 0, threads: int | None = 1,
-                    stat: str = "median") -> np.ndarray:
+                    stat: str = "median", dtype: str | None = None) -> np.ndarray:
     """Seconds (``stat`` over ``repeats`` passes) of a whole forward pass of each (tokens, kv_before, is_decode) batch.
 
     The pass is the profiler's: every layer's own weights, one batched
@@ -398,7 +411,7 @@ def measure_batch_s(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]], mo
         torch.set_num_threads(threads)
     num_blocks = max(int(sum(_blocks(int(c), int(m)) for c, m in zip(t, kv))) for t, kv, _ in batches)
     max_len = max(int(np.max(kv + t)) for t, kv, _ in batches)
-    net, clock = _Net(spec, device, seed, num_blocks, max_len), _clock(device)
+    net, clock = _Net(spec, device, seed, num_blocks, max_len, dtype), _clock(device)
     with torch.inference_mode():
         samples = _time_passes(net, [net.batch(*b) for b in batches], repeats, 1, clock)
     return np.array([_stats_ms(s["total"])[stat] * 1e-3 for s in samples])

@@ -75,7 +75,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.
     angles = positions.float()[:, None] * inv_freq[None, :]  # [N, half]
     cos, sin = angles.cos()[:, None, :], angles.sin()[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)   # float32 math, x's dtype out
 
 
 class LlamaLayer(nn.Module):
@@ -110,19 +110,28 @@ class LlamaLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, cfg: LlamaConfig | None = None) -> None:
+    """``device``: where the weights are allocated and drawn (by that device's generator, seeded with
+    ``cfg.seed``: a CUDA model's weights are a different draw than a CPU model's, and an 8B model is
+    built in seconds instead of minutes of CPU sampling); ``dtype``: the weights' dtype (default float32)."""
+
+    def __init__(self, cfg: LlamaConfig | None = None, *, device: "str | torch.device | None" = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.cfg = cfg = cfg or LlamaConfig()
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(LlamaLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
-        gen = torch.Generator().manual_seed(cfg.seed)
+        device = torch.device(device or "cpu")
+        with torch.device(device):
+            self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            self.layers = nn.ModuleList(LlamaLayer(cfg) for _ in range(cfg.num_layers))
+            self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        gen = torch.Generator(device=device).manual_seed(cfg.seed)
         with torch.no_grad():
             for param in self.parameters():
                 if param.dim() == 2:
                     fan_in = 1 if param is self.embed.weight else param.shape[1]
-                    param.copy_(torch.randn(param.shape, generator=gen) / fan_in ** 0.5)
+                    param.copy_(torch.randn(param.shape, generator=gen, device=device) / fan_in ** 0.5)
+        if dtype is not None:
+            self.to(dtype)
         self.requires_grad_(False)
 
     def new_kv_cache(self, num_blocks: int, block_size: int) -> PagedKVCache:
@@ -183,8 +192,8 @@ class LlamaModel(nn.Module):
         mask = causal_mask(len(token_ids), len(token_ids), 0, token_ids.device)
         for layer in self.layers:
             q, k, v = layer.qkv(x, positions)
-            attn, _ = attention_with_lse(q, k, v, mask)
-            x = layer.finish(x, attn)
+            attn, _ = attention_with_lse(q, k, v, mask)     # float32
+            x = layer.finish(x, attn.to(x.dtype))
         return self.lm_head(self.norm(x))
 
     def generate_greedy(self, prompt_ids: list[int], num_new_tokens: int) -> list[int]:

@@ -118,7 +118,7 @@ class FusedLlama:
 
         half = x.shape[-1] // 2
         x1, x2 = x[..., :half], x[..., half:]
-        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)   # float32 math
 
 
 def run(model: Any, cache: Any, batch: Packed, backend: str, fused: "FusedLlama | None" = None) -> Any:

@@ -36,16 +36,20 @@ def model_config(spec: "str | ModelSpec" = DEFAULT_MODEL, seed: int = 0) -> Any:
                        seed=seed)
 
 
-def build_model(spec: "str | ModelSpec" = DEFAULT_MODEL, device: str = "cpu", seed: int = 0) -> Any:
-    """A random-weight LlamaModel of ``spec`` on ``device`` in the spec's dtype (4 bytes: float32)."""
+def build_model(spec: "str | ModelSpec" = DEFAULT_MODEL, device: str = "cpu", seed: int = 0,
+                dtype: str | None = None) -> Any:
+    """A random-weight LlamaModel of ``spec`` drawn on ``device``, in ``dtype`` ("float32", "float16",
+    "bfloat16"; default the spec's: 4 bytes float32, 2 bytes float16)."""
     import torch
 
     from infermax.kernels.llama import LlamaModel
 
     s = get_model_spec(spec)
     check_device(device)
-    dtype = getattr(torch, _DTYPES.get(s.dtype_bytes, "float32"))
-    return LlamaModel(model_config(s, seed)).to(device=device, dtype=dtype)
+    name = dtype or _DTYPES.get(s.dtype_bytes, "float32")
+    if name not in ("float32", "float16", "bfloat16"):
+        raise ValueError(f"dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    return LlamaModel(model_config(s, seed), device=device, dtype=getattr(torch, name))
 
 
 def check_device(device: str) -> None:
