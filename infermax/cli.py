@@ -166,16 +166,23 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                   f"requests.csv under {args.out}")
     if runs.interrupted:
         raise KeyboardInterrupt(f"{len(rows)} of {len(names)} schedulers finished (shown above)" if rows else "")
-    if code:
-        _say_refused(runs, len(names))
+    say_refused(runs.refused, len(names), bool(runs.done), args.verbose)
     return code
 
 
-def _say_refused(runs, total: int) -> None:
-    """The one stderr line of a run in which schedulers refused or failed (their reasons are on stdout)."""
-    refused = [r.scheduler for r in runs.refused]
-    print(f"infermax: error: {len(refused)} of {total} schedulers did not run ({', '.join(refused)}; "
-          f"reasons above){'' if runs.done else '; no results'}", file=sys.stderr)
+def say_refused(refusals, total: int, any_done: bool, verbose: bool) -> None:
+    """On stderr: one line per scheduler that failed with an internal error (its traceback with -v), and
+    one line for those that refused the workload (their reasons are on stdout, beside the results)."""
+    for r in refusals:
+        if r.internal:
+            if verbose and r.traceback:
+                print(r.traceback, end="", file=sys.stderr)
+            print(f"infermax: error: {r.scheduler}: {r.reason}{'' if verbose else ' (run with -v for the traceback)'}",
+                  file=sys.stderr)
+    refused = [r.scheduler for r in refusals if not r.internal]
+    if refused:
+        print(f"infermax: error: {len(refused)} of {total} schedulers refused the workload ({', '.join(refused)}; "
+              f"reasons above){'' if any_done else '; no results'}", file=sys.stderr)
 
 
 def _simulate_cluster(args: argparse.Namespace) -> int:

@@ -18,13 +18,11 @@ internal error.
 """
 from __future__ import annotations
 
-import logging
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .rundir import one_line
-
-log = logging.getLogger(__name__)
 
 EXIT_SOME_REFUSED, EXIT_ALL_REFUSED, EXIT_INTERNAL = 4, 5, 1
 
@@ -36,6 +34,7 @@ class Refusal:
     scheduler: str
     reason: str
     internal: bool = False
+    traceback: str | None = None      # of an internal error (the CLI shows it with -v)
 
     def line(self) -> str:
         return f"{self.scheduler}: {'failed' if self.internal else 'refused'}: {self.reason}"
@@ -66,9 +65,8 @@ def run_each(names: Sequence[str], run: Callable[[str], Any]) -> Runs:
         except ValueError as exc:
             refused.append(Refusal(name, one_line(str(exc))))
         except Exception as exc:  # a bug in one scheduler must not throw away the others' results
-            log.debug("scheduler %s failed", name, exc_info=True)
             refused.append(Refusal(name, f"internal error: {type(exc).__name__}: {one_line(str(exc))}",
-                                   internal=True))
+                                   internal=True, traceback=traceback.format_exc()))
     return Runs(done, refused)
 
 
