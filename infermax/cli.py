@@ -14,8 +14,18 @@ One error path for every command (:func:`main`): a handler raises, ``main``
 prints one line ``infermax: error: ...`` on stderr (and, with ``--json``, the
 object ``{"error": ..., "type": ...}`` on stdout). Exit status: 0 success, 2 bad
 input (ValueError, a file that cannot be read or written, a usage error) or an
-invalid schedule, 130 interrupted (Ctrl-C), 1 an internal error (``-v`` shows its
-traceback). JSON output never holds NaN or Infinity (:func:`dumps_json`).
+invalid schedule, 130 interrupted (Ctrl-C, or SIGTERM during a sweep), 1 an internal
+error (``-v`` shows its traceback); ``bound``: 3 a value beats the certified bound.
+Several schedulers (``simulate``, ``bound``; :mod:`infermax.multirun`): each runs on
+its own, and one that refuses the workload is reported beside the others' results:
+4 some refused, 5 every one refused (``sweep``: 5 every cell failed). Results already
+computed are printed (and written with ``--out``) whatever a later scheduler does.
+JSON output never holds NaN or Infinity (:func:`dumps_json`).
+
+Default schedulers run the shipped traces: ``simulate``'s default set leaves out
+those without chunked prefill (``vllm``, ``vllm-ef``) when a prompt is longer than
+``min(C, P)`` (``trace:splitwise_conv`` has prompts of up to 14,050 tokens against
+the default C = 4096), and a note names them; ``bound`` runs ``sarathi`` then.
 
 A run directory (``simulate --out DIR``; ``solve --out DIR`` writes the same
 files, :mod:`infermax.rundir`) holds what ``replay`` needs to judge exactly the
