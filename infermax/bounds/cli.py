@@ -1,4 +1,5 @@
-"""``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound).
+"""``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound,
+4 some schedulers refused the workload, 5 all did).
 
     infermax bound [--scheduler vllm,sarathi] [--objective ttft|e2e_p99|ttft:short|all|...] [--workload SPEC]
                    [--limits ...] [--cost ...] [--json] [-q]
@@ -218,9 +219,11 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound)")
+    p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound, "
+                       "4/5: some/all schedulers refused the workload)")
     p.add_argument("--scheduler", default=None,
-                   help=f"registered name(s), comma separated, or package.module:Class (default {DEFAULT_SCHEDULER}); "
+                   help=f"registered name(s), comma separated, or package.module:Class (default {DEFAULT_SCHEDULER}, "
+                        "or sarathi when a prompt is longer than min(C, P), as in the shipped traces); "
                         "with --schedule, only a label (default: the scheduler its meta names)")
     p.add_argument("--workload", default=None, help=f"workload spec (default {DEFAULT_WORKLOAD}; with --schedule: "
                    "workload.json beside it, else its meta)")
