@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -28,14 +29,14 @@ from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 
 from . import backends
-from .budget import (LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
+from .budget import (BUILD_SHARE, LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
                      MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
                      REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
-                     INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted)
+                     INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted, ModelTooLarge)
 from .backends import SolveStatus
 from .milp import aggregate
 from .milp.extract import to_schedule
-from .milp.build import Strengthening, backend_kwargs, build
+from .milp.build import Strengthening, backend_kwargs, build, check_size
 from .milp.formulation import check_instance
 from .milp.linearize import to_milp
 from .milp.objectives import is_monotone, split_objective, trace_objective
@@ -162,7 +163,7 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                log_solver=log_solver, solver_params=solver_params, max_horizon=max_horizon, stop_early=stop_early)
     except KeyboardInterrupt:
         track.stop("interrupted (Ctrl-C)")
-    except BudgetExhausted as exc:
+    except (BudgetExhausted, ModelTooLarge) as exc:
         track.stop(str(exc))
     return track.final()
 
@@ -426,12 +427,31 @@ def _solve_search(stage: Stage, *, ws: WarmStart, reserve: bool) -> SearchOutcom
                          incumbent=best.name)
 
 
+@contextmanager
+def _build_share(budget: Budget, what: str, estimated_rows: int | None):
+    """The deadline of a model build: :data:`.budget.BUILD_SHARE` of what is left (the solver keeps the
+    rest); a build that overruns it stops with :class:`.budget.BudgetExhausted` saying so."""
+    share = budget.share(BUILD_SHARE)
+    if share is None:
+        raise BudgetExhausted(f"the time limit ({budget.total_s:g} s) left no time to build {what}")
+    try:
+        yield time.perf_counter() + share
+    except BudgetExhausted as exc:
+        done = f"{exc.rows:,}" if exc.rows is not None else "some"
+        size = f" of about {estimated_rows:,}" if estimated_rows is not None else ""
+        raise BudgetExhausted(f"{what} was not built within its share of the time limit ({share:.3g} s of "
+                              f"{budget.total_s:g} s; stopped at {done}{size} rows): the answer is the best "
+                              f"schedule and bound found before it", rows=exc.rows) from None
+
+
 def _solve_per_request(stage: Stage, *, ws: WarmStart | None, target: float | None) -> OptimalResult:
     """The §3.3 model (:func:`build`), hinted with the warm start where it fits, solved in the time left."""
     workload, limits, cost, objective, policy = stage.workload, stage.limits, stage.cost, stage.objective, stage.policy
     J, be, budget, strengthening = stage.J, stage.be, stage.budget, stage.strengthening
     eff = policy.effective_limits(limits)
-    fm = build(workload, limits, cost, objective, policy, J, strengthening, target, deadline=budget.deadline)
+    with _build_share(budget, "the per-request model", check_size(workload, J, strengthening,
+                                                                  "the per-request model")) as deadline:
+        fm = build(workload, limits, cost, objective, policy, J, strengthening, target, deadline=deadline)
     hinted = False
     if ws is not None and len(ws.schedule) <= J and (target is None or meets(ws, objective, target)):
         x = assign(fm, canonical_labels(ws.schedule, workload, eff, cost, strengthening.symmetry))
@@ -475,8 +495,8 @@ def _solve_aggregate(stage: Stage, *, ws: WarmStart | None, least_batches: int |
             lambda model, tl: be.solve(model, tl, threads=threads, rel_gap=rel_gap), probe_s)
     if lb_probe > J:
         return no_schedule(objective, be.NAME, J, budget.start, ws, f"no schedule has <= {J} batches")
-    fm = aggregate.build_aggregate(workload, limits, cost, policy, J, min_batches=lb_probe,
-                                   deadline=budget.deadline)
+    with _build_share(budget, "the aggregate model", None) as deadline:
+        fm = aggregate.build_aggregate(workload, limits, cost, policy, J, min_batches=lb_probe, deadline=deadline)
     fm.info["batch_count_probed"] = lb_probe
     if packing is not None:
         fm.info["batch_count_search"] = {"num_batches": packing.num_batches, "is_exact": packing.is_exact,

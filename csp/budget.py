@@ -44,10 +44,22 @@ LP_SHARE_WITHOUT_TABLE = 9 / 10
 #: the aggregate model: the exact least batch count of its packing relaxation, and the batch-count probe
 PACKING_SHARE, PACKING_CAP_S = 1 / 6, 10.0
 PROBE_SHARE, PROBE_CAP_S = 1 / 20, 2.0
+#: building a model (per-request or aggregate) may take this share of what is left, so that the solver
+#: keeps the rest: a model that cannot be built in it could not be solved in what would remain
+BUILD_SHARE = 1 / 2
 
 
 class BudgetExhausted(RuntimeError):
-    """The time limit ran out inside a stage that cannot stop half-way (model building, translation)."""
+    """The time limit ran out inside a stage that cannot stop half-way (model building, translation);
+    ``rows``: the rows of the model written when a build stopped (None otherwise)."""
+
+    def __init__(self, message: str, rows: int | None = None) -> None:
+        super().__init__(message)
+        self.rows = rows
+
+
+class ModelTooLarge(RuntimeError):
+    """A model would be too large to build in memory (its estimated size, named in the message)."""
 
 
 @dataclass

@@ -14,8 +14,18 @@ One error path for every command (:func:`main`): a handler raises, ``main``
 prints one line ``infermax: error: ...`` on stderr (and, with ``--json``, the
 object ``{"error": ..., "type": ...}`` on stdout). Exit status: 0 success, 2 bad
 input (ValueError, a file that cannot be read or written, a usage error) or an
-invalid schedule, 130 interrupted (Ctrl-C), 1 an internal error (``-v`` shows its
-traceback). JSON output never holds NaN or Infinity (:func:`dumps_json`).
+invalid schedule, 130 interrupted (Ctrl-C, or SIGTERM during a sweep), 1 an internal
+error (``-v`` shows its traceback); ``bound``: 3 a value beats the certified bound.
+Several schedulers (``simulate``, ``bound``; :mod:`infermax.multirun`): each runs on
+its own, and one that refuses the workload is reported beside the others' results:
+4 some refused, 5 every one refused (``sweep``: 5 every cell failed). Results already
+computed are printed (and written with ``--out``) whatever a later scheduler does.
+JSON output never holds NaN or Infinity (:func:`dumps_json`).
+
+Default schedulers run the shipped traces: ``simulate``'s default set leaves out
+those without chunked prefill (``vllm``, ``vllm-ef``) when a prompt is longer than
+``min(C, P)`` (``trace:splitwise_conv`` has prompts of up to 14,050 tokens against
+the default C = 4096), and a note names them; ``bound`` runs ``sarathi`` then.
 
 A run directory (``simulate --out DIR``; ``solve --out DIR`` writes the same
 files, :mod:`infermax.rundir`) holds what ``replay`` needs to judge exactly the
@@ -111,6 +121,7 @@ class _Progress:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from . import simulate
     from .engine import resolve_inputs
+    from .multirun import exit_status, left_out, run_each
     from .schedulers import get_scheduler, split_specs
 
     if args.cluster:
@@ -119,37 +130,69 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         raise ValueError(f"--policy {args.policy!r} needs --cluster (a global policy spreads requests over replicas)")
     spec = f"trace:{args.trace}" if args.trace else args.workload
     workload, limits, cost = resolve_inputs(spec, args.limits, args.cost)
-    names = split_specs(args.scheduler)
+    workload.check_fits(limits)    # a request no scheduler can serve is bad input, not a refusal
+    names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
     if not names:
         raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
     for name in names:
         get_scheduler(name)  # unknown names fail before any work
+    notes: list[str] = []
+    if args.scheduler is None:
+        names, notes = left_out(names, workload, limits)
     if args.out:
         out_dir(args.out)    # so does an --out that cannot be written
-    rows = []
-    for name in names:
+
+    def run(name: str) -> dict[str, Any]:
         bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
         try:
             result = simulate(workload, name, limits, cost, progress=bar)
         finally:
             bar.close()
-        rows.append({"scheduler": name, **result.metrics})
-        if args.out:
+        if args.out:       # written as each finishes: a later refusal or Ctrl-C keeps it
             out = Path(args.out) / name if len(names) > 1 else Path(args.out)
             write_run(out, result.schedule, workload, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
             (out / "metrics.json").write_text(dumps_json(result.metrics))
             result.batches_df.to_csv(out / "batches.csv")
             result.requests_df.to_csv(out / "requests.csv")
-    summary = {"workload": workload.name, "limits": limits.to_dict(), "cost": cost.name, "results": rows}
+        return {"scheduler": name, **result.metrics}
+
+    runs = run_each(names, run)
+    rows = [row for _, row in runs.done]
+    code = exit_status(runs)
+    summary = {"workload": workload.name, "limits": limits.to_dict(), "cost": cost.name, "results": rows,
+               "refused": [r.to_dict() for r in runs.refused], "notes": notes, "exit_code": code}
     if args.json:
         print(dumps_json(summary))
-    else:
+    elif rows or runs.refused:
         print(f"workload {workload.name}  limits {limits.to_dict()}  cost {cost.name}")
-        print_table(rows, ("scheduler", *SUMMARY_KEYS))
-        if args.out:
+        if rows:
+            print_table(rows, ("scheduler", *SUMMARY_KEYS))
+        for refusal in runs.refused:
+            print(refusal.line())
+        for note in notes:
+            print(f"note: {note}")
+        if args.out and rows:
             print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
                   f"requests.csv under {args.out}")
-    return 0
+    if runs.interrupted:
+        raise KeyboardInterrupt(f"{len(rows)} of {len(names)} schedulers finished (shown above)" if rows else "")
+    say_refused(runs.refused, len(names), bool(runs.done), args.verbose)
+    return code
+
+
+def say_refused(refusals, total: int, any_done: bool, verbose: bool) -> None:
+    """On stderr: one line per scheduler that failed with an internal error (its traceback with -v), and
+    one line for those that refused the workload (their reasons are on stdout, beside the results)."""
+    for r in refusals:
+        if r.internal:
+            if verbose and r.traceback:
+                print(r.traceback, end="", file=sys.stderr)
+            print(f"infermax: error: {r.scheduler}: {r.reason}{'' if verbose else ' (run with -v for the traceback)'}",
+                  file=sys.stderr)
+    refused = [r.scheduler for r in refusals if not r.internal]
+    if refused:
+        print(f"infermax: error: {len(refused)} of {total} schedulers refused the workload ({', '.join(refused)}; "
+              f"reasons above){'' if any_done else '; no results'}", file=sys.stderr)
 
 
 def _simulate_cluster(args: argparse.Namespace) -> int:
@@ -166,7 +209,7 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         raise ValueError(f"--limits {args.limits!r}: M comes from --cluster (each replica's KV capacity, "
                          f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
     workload = Workload.from_spec(f"trace:{args.trace}" if args.trace else args.workload)
-    names = split_specs(args.scheduler)
+    names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
     from .cluster.policies import get_policy
     runs = [(name, args.local or get_policy(name).local or "sarathi")        # cluster policies as --scheduler
             for name in names if name in POLICIES]
@@ -329,8 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("simulate", help="simulate schedulers on a workload and summarise the metrics")
-    p.add_argument("--scheduler", default=DEFAULT_SCHEDULERS, help="name(s), comma separated "
-                   f"(default {DEFAULT_SCHEDULERS}); see `infermax schedulers`")
+    p.add_argument("--scheduler", default=None, help="name(s), comma separated; see `infermax schedulers` "
+                   f"(default {DEFAULT_SCHEDULERS}, less those without chunked prefill when a prompt is longer "
+                   "than min(C, P), as in the shipped traces: a note names them). A scheduler that refuses the "
+                   "workload is reported beside the others' results (exit 4; 5 if every one refused)")
     p.add_argument("--workload", default=DEFAULT_WORKLOAD, help=f"workload spec (default {DEFAULT_WORKLOAD})")
     p.add_argument("--trace", help="a trace CSV (Splitwise/Vidur or Azure format); overrides --workload")
     p.add_argument("--limits", default=None, help="e.g. M=100000,C=4096,P=512,R_max=128 (default M=100K, C=4096)")

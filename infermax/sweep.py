@@ -43,8 +43,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -104,9 +107,44 @@ def _run_serial(cells: list[Cell], on_row: OnRow, workers: int) -> None:
         on_row(run_cell(cell))
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers; no traceback from each)."""
+def _init_worker(parent_pid: int) -> None:
+    """Worker initializer: Ctrl-C is the parent's to handle (it stops the workers; no traceback from each),
+    and the worker dies with the sweep's process (:func:`_die_with`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with(parent_pid)
+
+
+def _die_with(pid: int, poll_s: float = 1.0) -> None:
+    """End this process as soon as process ``pid`` has ended (a daemon thread waits on it).
+
+    A sweep killed with SIGKILL cannot stop its workers; without this they wait for cells forever, and
+    hold open the fork server's and the resource tracker's pipes, which keeps those alive too. The
+    workers are the fork server's children, not the sweep's, so ``PR_SET_PDEATHSIG`` would wait for the
+    wrong parent: the thread waits on a pidfd of the sweep's process (Linux), else polls it. Cells a
+    dead sweep was running are lost with it, and a resumed sweep runs them again."""
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):       # not Linux >= 5.3: poll
+            fd = None
+        if fd is not None:
+            select.select([fd], [], [])         # readable once the process has ended
+        else:
+            while _alive(pid):
+                time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="infermax-die-with-parent", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                     # alive, another user's (the pid was reused)
+        return False
+    return True
 
 
 def _stop(pool) -> None:
@@ -136,7 +174,8 @@ def _run_local(cells: list[Cell], on_row: OnRow, workers: int) -> None:
         ctx.set_forkserver_preload([__name__])
     else:
         ctx = multiprocessing.get_context("spawn")
-    pool = ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx, initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(cells)), mp_context=ctx, initializer=_init_worker,
+                               initargs=(os.getpid(),))
     try:
         pending = {pool.submit(run_cell, c) for c in cells}
         while pending:
@@ -150,23 +189,65 @@ def _run_local(cells: list[Cell], on_row: OnRow, workers: int) -> None:
 
 
 def _run_ray(cells: list[Cell], on_row: OnRow, workers: int, address: str | None = None) -> None:
+    # read by Ray when imported: without it Ray's C++ failure handler answers SIGTERM with a stack dump
+    # and an abort (exit 134) before Python sees the signal (the user's own setting is kept)
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     try:
         import ray
     except ImportError:
         raise ValueError("executor 'ray' needs Ray: pip install 'infermax[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False, log_to_driver=False)
-    try:
-        remote = ray.remote(num_cpus=1, max_retries=1)(run_cell)
-        pending = [remote.remote(c) for c in cells]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=min(len(pending), 16), timeout=0.5)
-            for row in ray.get(done):
-                on_row(row)
-    finally:
+    with _sigterm_deferred() as terminated:
+        started = not ray.is_initialized()
         if started:
-            ray.shutdown()
+            _init_ray(ray, address)
+        try:
+            remote = ray.remote(num_cpus=1, max_retries=1)(run_cell)
+            pending = [] if terminated() else [remote.remote(c) for c in cells]
+            while pending and not terminated():
+                done, pending = ray.wait(pending, num_returns=min(len(pending), 16), timeout=0.5)
+                for row in ray.get(done):
+                    on_row(row)
+            if terminated():
+                raise KeyboardInterrupt("terminated (SIGTERM)")
+        finally:
+            if started:
+                ray.shutdown()
+
+
+@contextmanager
+def _sigterm_deferred():
+    """While Ray runs, a SIGTERM that this process handles in Python (the CLI turns it into Ctrl-C) is only
+    noted, and the Ray loop raises KeyboardInterrupt between its calls: raised inside one (a C++ call
+    in the middle of an RPC), it left Ray's teardown to crash the process (exit 139). Yields the test
+    "was SIGTERM received?". An unhandled SIGTERM (the default: end the process) is left as it is."""
+    got: list[int] = []
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    if not callable(previous):
+        yield lambda: False
+        return
+    signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+    try:
+        yield lambda: bool(got)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _init_ray(ray, address: str | None) -> None:
+    """``ray.init`` keeping this process's SIGTERM handler (:func:`_sigterm_deferred`): Ray's own, which it
+    sets while it starts, would exit with status 15, or with 1 after a stack dump."""
+    from ray._private import utils as ray_utils
+
+    main = threading.current_thread() is threading.main_thread()
+    keep = getattr(ray_utils, "set_sigterm_handler", None)
+    if main and keep is not None:
+        ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.INFO if log.isEnabledFor(logging.INFO) else logging.WARNING)
+    finally:
+        if main and keep is not None:
+            ray_utils.set_sigterm_handler = keep
 
 
 def _executor(spec: str) -> tuple[Callable[..., None], dict[str, Any]]:
@@ -246,6 +327,8 @@ def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: 
 
     ``progress(done, total)`` is called after each finished cell (the CLI draws a bar).
     """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     cells = list(dict.fromkeys(cells))
     order = [c.cell_id for c in cells]
     path = Path(out) if out is not None else None

@@ -14,6 +14,9 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+#: exit status of a sweep in which every cell failed (a sweep with some failed cells exits 0: their errors are
+#: rows of the table, in its ``error`` column)
+EXIT_ALL_FAILED = 5
 SHOW = ("workload", "scheduler", "system", "limits", "latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions",
         "served_fraction")      # (system and served_fraction: system cells, infermax.sweep_systems)
 
@@ -50,6 +53,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from .cli import dumps_json
     from .sweep import SweepConfig, run_cells
 
+    if args.workers < 1:
+        raise ValueError(f"--workers must be an integer >= 1, got {args.workers}")
     cfg = SweepConfig.load(args.config)
     cells = cfg.cells()
     out = _results_path(args, cfg)
@@ -86,7 +91,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(dumps_json(summary))
         if failed_all:
             print(f"infermax: error: {summary['error']}", file=sys.stderr)
-        return 1 if failed_all else 0
+        return EXIT_ALL_FAILED if failed_all else 0
     from .cli import print_table
 
     cols = [c for c in SHOW if c in df]
@@ -97,7 +102,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print(f"{len(df)} cells ({len(errors)} errors) -> {out} and {out.with_suffix('.csv')}")
     if failed_all:
         print(f"infermax: error: {summary['error']}", file=sys.stderr)
-        return 1
+        return EXIT_ALL_FAILED
     return 0
 
 
@@ -163,7 +168,7 @@ def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-resume", action="store_true", help="run every cell again, even those already in --out")
     p.add_argument("--retry-errors", action="store_true", help="run again the cells that raised")
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print one JSON summary (exit 1 when every cell failed)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary (exit 5 when every cell failed)")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("plot", help="plot a sweep results table (metric vs x, one line per scheduler)")

@@ -140,6 +140,21 @@ class SweepConfig:
         if not isinstance(self.solver, tuple) or not all(isinstance(b, Mapping) for b in self.solver):
             raise ValueError(f"SweepConfig.solver must be a tuple of solve_optimal option mappings, "
                              f"got {self.solver!r}")
+        self._check_whole()
+
+    def _check_whole(self) -> None:
+        """The solver blocks and the cost models, checked before any cell runs (a bad value would otherwise
+        fail every cell it is in, one error row each): ValueError naming the key and the value."""
+        from .costmodel import get_cost_model
+        from .csp.options import check_solve_options
+
+        for i, block in enumerate(self.solver):
+            check_solve_options(block, where=f"sweep config: solver" + (f"[{i}]" if len(self.solver) > 1 else ""))
+        for spec in self.costs:
+            try:
+                get_cost_model(None if spec == "default" else spec)
+            except (ValueError, OSError) as exc:
+                raise ValueError(f"sweep config: costs: {spec!r}: {exc}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], base_dir: Path | None = None) -> "SweepConfig":

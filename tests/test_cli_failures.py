@@ -260,14 +260,14 @@ def test_readme_sweep_then_plot(capsys, tmp_path, monkeypatch):
     assert code == 0 and Path("fig.png").stat().st_size > 1000 and out.startswith("wrote fig.png")
 
 
-def test_a_sweep_whose_every_cell_fails_exits_1_with_a_summary(capsys, tmp_path):
+def test_a_sweep_whose_every_cell_fails_exits_5_with_a_summary(capsys, tmp_path):
     cfg = tmp_path / "fail.yaml"
     cfg.write_text("workloads: ['fixed:I=600,O=600,B=4']\nschedulers: [vllm, sarathi]\nlimits: [M=1000]\n")
     code, out, err = run(capsys, "sweep", str(cfg), "--executor", "serial")
-    assert code == 1 and "Traceback" not in err and "2 cells (2 errors)" in out
+    assert code == 5 and "Traceback" not in err and "2 cells (2 errors)" in out
     assert err.splitlines()[-1].startswith("infermax: error: every one of the 2 cells failed")
     code, out, err = run(capsys, "sweep", str(cfg), "--executor", "serial", "--json", "--no-resume")
-    assert code == 1 and strict_json(out)["errors"] == 2 and "every one" in strict_json(out)["error"]
+    assert code == 5 and strict_json(out)["errors"] == 2 and "every one" in strict_json(out)["error"]
 
 
 def test_a_bad_yaml_is_named_with_its_line(capsys, tmp_path):

@@ -15,9 +15,10 @@ from infermax.costmodel import CostModel
 from infermax.types import Limits, Workload
 
 from .flows import add_class_flows
-from .formulation import Formulation, build_core, empty_formulation
+from .formulation import Formulation, build_core, empty_formulation, num_identical_classes
 from .objectives import add_objective, is_monotone, max_batch_time_s
 from .policy import Policy
+from ..budget import ModelTooLarge
 from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
                             add_valid_inequalities)
 
@@ -58,6 +59,42 @@ class Strengthening:
             raise ValueError("Strengthening.dff and .flows need cuts=True (they extend the cut set)")
 
 
+#: rows of the core model and its cuts per request and batch (measured: 65-67 with the default strengthening)
+CORE_ROWS_PER_CELL = 70
+#: rows of the class flows per node (t tokens, state s) of a class: two conservation rows each for R and W
+FLOW_ROWS_PER_NODE = 4
+#: class flows are added only up to this many nodes (Σ over classes of O × (J + 1)): each node brings
+#: eight variables and four rows, and on long outputs they dominate the model (O = 1024 over J = 1401
+#: batches is 1.4 million nodes per class, where the whole per-request core of 8 requests has 0.8 million rows)
+FLOW_NODES_MAX = 100_000
+#: the largest model :func:`build` starts on (estimated rows; ~0.7 KB of Python objects per row with its
+#: variables, measured, before a backend copies it): beyond it, :class:`~.budget.ModelTooLarge`
+MAX_MODEL_ROWS = 1_000_000
+
+
+def flow_nodes(workload: Workload, horizon: int) -> int:
+    """Nodes of the class flows of :mod:`.flows` over ``horizon`` batches: Σ over classes of O × (J + 1)."""
+    O = workload.output_lens
+    return sum(int(O[cls[0]]) for cls in num_identical_classes(workload)) * (horizon + 1)
+
+
+def estimated_rows(workload: Workload, horizon: int, strengthening: "Strengthening") -> int:
+    """About how many rows :func:`build` writes (to refuse a model too large before building it)."""
+    rows = CORE_ROWS_PER_CELL * len(workload) * horizon
+    if strengthening.cuts and strengthening.flows and flow_nodes(workload, horizon) <= FLOW_NODES_MAX:
+        rows += FLOW_ROWS_PER_NODE * flow_nodes(workload, horizon)
+    return rows
+
+
+def check_size(workload: Workload, horizon: int, strengthening: "Strengthening", what: str) -> int:
+    """The estimated rows of the model; :class:`~.budget.ModelTooLarge` (naming its size) above MAX_MODEL_ROWS."""
+    rows = estimated_rows(workload, horizon, strengthening)
+    if rows > MAX_MODEL_ROWS:
+        raise ModelTooLarge(f"{what} is too large to build: about {rows:,} rows (J = {horizon} batches x "
+                            f"{len(workload)} requests) > {MAX_MODEL_ROWS:,}")
+    return rows
+
+
 def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, policy: Policy, horizon: int,
           strengthening: Strengthening, target: float | None = None, deadline: float = math.inf) -> Formulation:
     """The complete model (core, objective, strengthening, optional better-than row).
@@ -75,8 +112,11 @@ def build(workload: Workload, limits: Limits, cost: CostModel, objective: str, p
         add_dominance(fm)
     if strengthening.cuts:
         add_valid_inequalities(fm, dominance=dominance)
-        if strengthening.flows:
+        if strengthening.flows and flow_nodes(workload, horizon) <= FLOW_NODES_MAX:
             add_class_flows(fm, dominance=dominance)
+        elif strengthening.flows:     # optional: they never change the optimum, only the LP bound
+            fm.info["flows_skipped"] = (f"{flow_nodes(workload, horizon):,} class-flow nodes > "
+                                        f"{FLOW_NODES_MAX:,}")
         if strengthening.dff:
             add_dff_cuts(fm)
     add_symmetry_breaking(fm, strengthening.symmetry)

@@ -211,6 +211,9 @@ class Model:
         self.lb.append(lb)
         self.ub.append(ub)
         self.integer.append(integer)
+        if len(self.names) % 4096 == 0 and time.perf_counter() > self.deadline:
+            raise BudgetExhausted(f"the time limit ran out while building the model ({len(self.names)} variables, "
+                                  f"{len(self.rows)} rows)", rows=len(self.rows))
         return Var(len(self.names) - 1, id(self))
 
     @property
@@ -241,7 +244,7 @@ class Model:
         self.rows.append(Row(idx, co, lb, ub, family, lits))
         if len(self.rows) % 1024 == 0 and time.perf_counter() > self.deadline:
             raise BudgetExhausted(f"the time limit ran out while building the model ({len(self.rows)} rows, "
-                                  f"family {family})")
+                                  f"family {family})", rows=len(self.rows))
 
     def add_product(self, z: Var, x: Var, y: Var, family: str, sense: str = "eq") -> None:
         if sense not in ("eq", "ge"):

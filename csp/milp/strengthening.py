@@ -70,14 +70,33 @@ def token_items(workload: Workload) -> list[int]:
 
 
 def best_dff(workload: Workload, M: int, max_k: int = 12) -> tuple[int, Fraction]:
-    """The k whose u_k gives the largest Σ over token items (the best batch-count bound)."""
-    items = token_items(workload)
+    """The k whose u_k gives the largest Σ over token items (the best batch-count bound).
+
+    Exact, in integers: Σ u_k(w/M) = (Σ of the w with (k+1)w/M integral) / M + (Σ of the others'
+    ⌊(k+1)w/M⌋) / k — the sum of :func:`dff_value` over the items, without a Fraction per item."""
+    w, mult = _item_counts(workload)
     best = (1, Fraction(-1))
     for k in range(1, max_k + 1):
-        total = sum((dff_value(k, w, M) for w in items), Fraction(0))
+        scaled = (k + 1) * w
+        whole = scaled % M == 0
+        total = Fraction(int((w * mult)[whole].sum()), M) + Fraction(int(((scaled // M) * mult)[~whole].sum()), k)
         if total > best[1]:
             best = (k, total)
     return best
+
+
+def _item_counts(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct token items of :func:`token_items` (ascending, int64) and how often each occurs: request
+    i holds I_i, ..., I_i + O_i - 1, built from the requests' ranges, not item by item."""
+    I = workload.input_lens.astype(np.int64)
+    O = workload.output_lens.astype(np.int64)
+    top = int((I + O).max()) + 1
+    diff = np.zeros(top + 1, dtype=np.int64)
+    np.add.at(diff, I, 1)
+    np.add.at(diff, I + O, -1)
+    counts = np.cumsum(diff)[:top]
+    w = np.flatnonzero(counts)
+    return w.astype(np.int64), counts[w]
 
 
 def batch_count_lower_bound(workload: Workload, limits: Limits) -> int:
@@ -96,15 +115,23 @@ def batch_count_lower_bound(workload: Workload, limits: Limits) -> int:
 
 
 def best_dff_bound(workload: Workload, M: int) -> int:
-    items = token_items(workload)
-    best = math.ceil(Fraction(sum(items), M))
+    """The best of: ⌈Σ w / M⌉, the best u_k's ⌈Σ u_k(w/M)⌉, and for each item size eps <= M/2 the
+    Martello–Toth count (items > M - eps count 1, items in [eps, M - eps] count w/M) — exact in
+    integers over the sorted distinct items and their prefix sums (O(n log n), not O(n²) Fractions)."""
+    w, mult = _item_counts(workload)
+    weight = w * mult
+    best = -(-int(weight.sum()) // M)
     best = max(best, math.ceil(best_dff(workload, M)[1]))
-    # Martello–Toth style: items > M - eps count 1, items in [eps, M - eps] count w/M
-    for eps in sorted(set(items)):
-        if 2 * eps > M:
-            break
-        total = sum((Fraction(1) if w > M - eps else Fraction(w, M) for w in items if w >= eps), Fraction(0))
-        best = max(best, math.ceil(total))
+    # suffix sums over the ascending items: count and weight of the items >= a threshold
+    n_ge = np.concatenate([np.cumsum(mult[::-1])[::-1], [0]])
+    w_ge = np.concatenate([np.cumsum(weight[::-1])[::-1], [0]])
+    eps = w[2 * w <= M]
+    lo = np.searchsorted(w, eps, side="left")              # first item >= eps
+    hi = np.searchsorted(w, M - eps, side="right")         # first item > M - eps
+    big = n_ge[hi]                                          # items > M - eps: one batch each
+    small = w_ge[lo] - w_ge[hi]                             # Σ w over eps <= w <= M - eps
+    if eps.size:
+        best = max(best, int((big + -(-small // M)).max()))
     return best
 
 

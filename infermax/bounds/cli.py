@@ -1,4 +1,5 @@
-"""``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound).
+"""``infermax bound``: certified optimality gap of schedulers (exit 0 valid, 2 invalid, 3 beats the bound,
+4 some schedulers refused the workload, 5 all did).
 
     infermax bound [--scheduler vllm,sarathi] [--objective ttft|e2e_p99|ttft:short|all|...] [--workload SPEC]
                    [--limits ...] [--cost ...] [--json] [-q]
@@ -15,6 +16,7 @@ With ``--schedule`` the workload, limits and cost are those stored with the sche
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 SHOW = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions", "num_batches")
@@ -48,13 +50,15 @@ def _inputs(args: argparse.Namespace):
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json, print_table
+    from infermax.cli import dumps_json
     from infermax.rundir import judged_line
     from infermax.engine import resolve_inputs
     from infermax.schedulers import get_scheduler, split_specs
 
+    from infermax.multirun import left_out
+
     from . import ALL, METHODS, parse_objective
-    from .check import check_scheduler
+    from .check import INVALID, REFUSED, check_schedulers
 
     objectives = list(ALL) if args.objective == "all" else [o.strip() for o in args.objective.split(",")]
     for objective in objectives:
@@ -70,41 +74,59 @@ def cmd_bound(args: argparse.Namespace) -> int:
     if schedule is not None:
         names: list[str | None] = [args.scheduler]           # only a label for a schedule made elsewhere
     else:
-        names = split_specs(args.scheduler or DEFAULT_SCHEDULER)
+        names = split_specs(DEFAULT_SCHEDULER if args.scheduler is None else args.scheduler)
         if not names:
             raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
         for name in names:
             get_scheduler(name)  # unknown names fail before any work
-    if judged is not None and not args.json:
-        print(judged_line(judged))
+        if args.scheduler is None:
+            workload.check_fits(limits)
+            names, left = left_out(names, workload, limits)
+            notes = notes + left
+    _check_claims(args, objectives, names)
+    if (judged is not None or notes) and not args.json:
+        if judged is not None:
+            print(judged_line(judged))
         for note in notes:
             print(f"note: {note}")
-    results = []
-    for name in names:
-        for objective in objectives:
-            step, close = _progress(6 if not args.no_optimum else 5, not (args.json or args.quiet))
-            try:
-                results.append(check_scheduler(name, workload, limits, cost, objective=objective, schedule=schedule,
-                                               claimed_latency_s=args.claimed_latency,
-                                               claimed_value_s=args.claimed_value, optimum=not args.no_optimum,
-                                               methods=methods, search_time_limit_s=args.search_time_limit,
-                                               progress=step))
-            finally:
-                close()
-    exit_code = max(r.exit_code for r in results)
+    step, close = _progress(len(names) * 2 + len(objectives) * (6 if not args.no_optimum else 5),
+                            not (args.json or args.quiet))
+    try:
+        results = check_schedulers(names, workload, limits, cost, objectives=objectives, schedule=schedule,
+                                   claimed_latency_s=args.claimed_latency, claimed_value_s=args.claimed_value,
+                                   optimum=not args.no_optimum, methods=methods,
+                                   search_time_limit_s=args.search_time_limit, progress=step)
+    finally:
+        close()
+    exit_code = _exit_code(results)
     if args.json:
-        extra = {"judged_against": judged, "notes": notes} if judged is not None else {}
+        extra = {"judged_against": judged, "notes": notes} if judged is not None else {"notes": notes} if notes \
+            else {}
         if len(results) == 1:
             print(dumps_json({**results[0].to_dict(), **extra}))
         else:
             print(dumps_json({"exit_code": exit_code, "results": [r.to_dict() for r in results], **extra}))
         return exit_code
     for r in results:
-        if r.error:
+        if r.error and r.exit_code != REFUSED:
             print(f"infermax: error: {r.scheduler}: {r.error}", file=sys.stderr)
-    valid = [r for r in results if r.exit_code != 2]
-    if not valid:
-        return exit_code
+    refused = list({r.scheduler: r for r in results if r.exit_code == REFUSED}.values())
+    valid = [r for r in results if r.exit_code not in (INVALID, REFUSED)]
+    if valid:
+        _print_checks(valid, objectives, len(names), not args.no_optimum)
+    for r in refused:
+        print(f"{r.scheduler}: refused: {r.error}")
+    if refused:
+        print(f"infermax: error: {len(refused)} of {len(names)} schedulers refused the workload "
+              f"({', '.join(r.scheduler for r in refused)}; reasons above){'' if valid else '; no results'}",
+              file=sys.stderr)
+    return exit_code
+
+
+def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: bool) -> None:
+    """The table of verdicts, why the optimum is missing, each bound method's value, and the metrics."""
+    from infermax.cli import print_table
+
     if objectives == ["latency"]:
         rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
                  "optimum_s": r.optimum_s if r.optimum_s is not None else float("nan"),
@@ -114,15 +136,43 @@ def cmd_bound(args: argparse.Namespace) -> int:
                  "optimum": r.optimum_s if r.optimum_s is not None else float("nan"),
                  "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
     print_table(rows, list(rows[0]))
+    for objective, note in {r.objective: r.optimum_note for r in valid if r.optimum_note and optimum}.items():
+        print(f"{objective + ' ' if len(objectives) > 1 else ''}optimum not reported: {note}")
     for r in valid:
-        prefix = f"{r.scheduler}: " if len(names) > 1 else ""
+        prefix = f"{r.scheduler}: " if num_names > 1 else ""
         prefix += f"{r.objective} " if len(objectives) > 1 else ""
         unit = "tokens/s" if r.objective == "throughput" else "s"
         print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} {unit}" for k, v in r.bound_values.items()))
     shown = list({r.scheduler: r for r in valid}.values())
     keys = ("scheduler", *SHOW) if len(shown) > 1 else SHOW
     print_table([{"scheduler": r.scheduler, **r.metrics} for r in shown], keys)
-    return exit_code
+
+
+def _check_claims(args: argparse.Namespace, objectives: list[str], names: list) -> None:
+    """A claim must be a finite number, and one scheduler's on one objective."""
+    for flag, value in (("--claimed-latency", args.claimed_latency), ("--claimed-value", args.claimed_value)):
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise ValueError(f"{flag} must be a finite number of seconds (tokens/s for throughput), got {value}")
+        if len(objectives) > 1 or len(names) > 1:
+            raise ValueError(f"{flag} {value:g} is one scheduler's claim on one objective; got "
+                             f"{len(names)} scheduler(s) and {len(objectives)} objective(s) "
+                             f"({', '.join(objectives)})")
+
+
+def _exit_code(results) -> int:
+    """The most serious verdict: 3 (a value beats the bound) > 2 (an invalid schedule) > 5 (every
+    scheduler refused the instance) > 4 (some did) > 0."""
+    from .check import REFUSED
+
+    codes = {r.exit_code for r in results}
+    for code in (3, 2):
+        if code in codes:
+            return code
+    if REFUSED in codes:
+        return 5 if codes == {REFUSED} else 4
+    return 0
 
 
 def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
@@ -169,9 +219,11 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
 
 
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound)")
+    p = sub.add_parser("bound", help="certified optimality gap of schedulers (exit 2: invalid, 3: beats bound, "
+                       "4/5: some/all schedulers refused the workload)")
     p.add_argument("--scheduler", default=None,
-                   help=f"registered name(s), comma separated, or package.module:Class (default {DEFAULT_SCHEDULER}); "
+                   help=f"registered name(s), comma separated, or package.module:Class (default {DEFAULT_SCHEDULER}, "
+                        "or sarathi when a prompt is longer than min(C, P), as in the shipped traces); "
                         "with --schedule, only a label (default: the scheduler its meta names)")
     p.add_argument("--workload", default=None, help=f"workload spec (default {DEFAULT_WORKLOAD}; with --schedule: "
                    "workload.json beside it, else its meta)")

@@ -43,6 +43,10 @@ from infermax.costmodel.specs import GpuSpec, ModelSpec, get_gpu_spec, get_model
 
 _KEYS = ("nodes", "gpus_per_node", "model", "tp", "pp", "spp", "sp", "kvp", "sp_kind", "util", "net_gbps")
 _INT_KEYS = ("nodes", "gpus_per_node", "tp", "pp", "spp", "sp", "kvp")
+#: the most GPUs a cluster may have: twice the largest size benchmarked (benchmarks/cluster_bench.py --scale:
+#: 8,192 GPUs, 2,000 requests, 48 s of CPU and 0.96 GB, memory growing with the GPUs); beyond it a spec is
+#: refused rather than left to build millions of replicas
+MAX_GPUS = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +93,9 @@ class Cluster:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Cluster.{name} must be an integer >= 1, got {value!r}")
+        if self.num_gpus > MAX_GPUS:
+            raise ValueError(f"a cluster of {self.nodes} nodes x {self.gpus_per_node} GPUs = {self.num_gpus:,} GPUs is "
+                             f"more than the {MAX_GPUS:,} this simulator takes (benchmarked up to 8,192)")
         if not isinstance(self.plan, ParallelConfig):
             raise TypeError(f"Cluster.plan must be a ParallelConfig, got {type(self.plan).__name__}")
         if self.spp > 1 and self.plan.pp > 1:
