@@ -234,21 +234,37 @@ def run_vllm(workload: Workload, limits: Limits, model: str = "llama-tiny", *, c
              **engine_options: Any) -> VllmRun:
     """Run ``workload`` on vLLM under ``limits`` on ``model`` (a model directory, or a shape of
     :data:`.vllm_config.MODEL_SHAPES` built with random weights under ``cache_dir``)."""
+    return run_many([workload], limits, model, cache_dir=cache_dir, seed=seed, watermark=watermark,
+                    online=online, **engine_options)[0]
+
+
+def run_many(workloads: "list[Workload]", limits: Limits, model: str = "llama-tiny", *,
+             cache_dir: "str | Path" = ".", seed: int = 0, watermark: float = 0.0, online: bool | None = None,
+             **engine_options: Any) -> list[VllmRun]:
+    """:func:`run_vllm` of each workload in turn on one engine (built once: its start-up is paid once).
+    The engine is idle and its cache empty between workloads; ``max_model_len`` is the longest
+    ``I + O`` of them all."""
     if model not in MODEL_SHAPES and not Path(model).is_dir() and not model.startswith("llama:"):
         raise ValueError(f"--model {model!r} is neither a model directory nor a shape "
                          f"({', '.join(MODEL_SHAPES)}, llama:...)")
+    for w in workloads:
+        engine_limits(limits, w)      # each is refused before the engine starts if it cannot run
     model_dir = resolve_model(model, cache_dir)
+    engine_options.setdefault("max_model_len", max(int((w.input_lens + w.output_lens).max()) for w in workloads))
     t0 = time.perf_counter()
-    engine, config = make_engine(limits, workload, model_dir, seed=seed, watermark=watermark, **engine_options)
+    engine, config = make_engine(limits, workloads[0], model_dir, seed=seed, watermark=watermark, **engine_options)
     startup = time.perf_counter() - t0
-    recorder = Recorder(engine)
-    try:
-        id_of, timings, wall = drive(engine, workload, recorder, online=online)
-    finally:
-        recorder.close()
-    meta = {"producer": "vllm", "vllm_version": vllm.__version__, "workload": workload.name,
-            "limits": limits.to_dict(), "model": model}
-    schedule = schedule_from_records(recorder.records, id_of, meta)
-    measured = Measurements(config, recorder.records, timings, wall, startup)
+    runs = []
+    for w in workloads:
+        recorder = Recorder(engine)
+        try:
+            id_of, timings, wall = drive(engine, w, recorder, online=online)
+        finally:
+            recorder.close()
+        meta = {"producer": "vllm", "vllm_version": vllm.__version__, "workload": w.name,
+                "limits": limits.to_dict(), "model": model}
+        schedule = schedule_from_records(recorder.records, id_of, meta)
+        runs.append(VllmRun(schedule, Measurements(config, recorder.records, timings, wall, startup), w, limits))
+        log.info("vllm: %s: %d steps, %.1f s", w.name, len(schedule), wall)
     del engine
-    return VllmRun(schedule, measured, workload, limits)
+    return runs
