@@ -137,3 +137,28 @@ def test_a_divergence_is_named_at_its_first_batch():
     assert c.first_divergence == 0 and c.identical < len(a)
     assert c.divergence_text().startswith("batch 0: vLLM 0:4 1:4 | preset 0:4")
     assert compare_schedules(a, a).first_divergence is None and compare_schedules(a, a).identical_pct == 100.0
+
+
+# --- timing: the linear model fitted to step times ------------------------------------------------------------
+def test_fitted_step_model_recovers_a_linear_model_and_batch_clock_means_match_replay():
+    from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
+    from infermax.engines.records import batch_steps
+    from infermax.engines.timing import batch_features, fit_step_model, means_on_batch_clock, predicted_steps
+
+    truth = LinearCostModel(LinearCoefficients(nonattn_lines=((0.05, 2e-4),), decode_bias_s=0.01, decode_kv_s=3e-6,
+                                               prefill_bias_s=0.02, prefill_attn_s=1e-7, request_s=1e-3))
+    w = Workload.from_spec("fixed:I=90,O=20,B=10")
+    limits = Limits(M=640, C=128, R_max=8, block_size=32)
+    sim = simulate(w, "vllm-v1", limits, cost=truth)
+    durations = sim.trace.batches["duration_s"]
+    feats = batch_features(sim.schedule, w)
+    assert np.allclose(predicted_steps(truth, feats), durations, rtol=1e-12)     # the features are batch_time's
+    fitted = fit_step_model(feats, durations)
+    assert np.allclose(predicted_steps(fitted, feats), durations, rtol=1e-6)
+    # offline, every request may run from batch 0: the batch clock is replay's clock
+    recs = [StepRecord({str(i): int(c) for i, c in zip(b.ids, b.tokens)}) for b in sim.schedule]
+    m = Measurements({}, recs, [RequestTiming(int(i), 0.0, 0.0) for i in w.ids])
+    assert batch_steps(recs) == list(range(len(recs)))
+    ttft, e2e = means_on_batch_clock(sim.schedule, w, m, durations)
+    assert ttft == pytest.approx(sim.metrics["ttft_mean_s"], rel=1e-12)
+    assert e2e == pytest.approx(float(np.mean(sim.trace.requests["completion_s"])), rel=1e-12)

@@ -23,8 +23,18 @@ class Case(NamedTuple):
     exercises: str
 
     def build(self) -> tuple[Workload, Limits]:
-        w = Workload.from_spec(self.workload)
+        w = lengths_workload(self.workload) if self.workload.startswith("lengths:") else Workload.from_spec(self.workload)
         return Workload(requests=w.requests, name=self.name), Limits.from_spec(self.limits)
+
+
+def lengths_workload(spec: str) -> Workload:
+    """``lengths:I=165/63/24,O=19/22/23``: an offline workload of these prompt and output lengths."""
+    opts = dict(part.split("=", 1) for part in spec.removeprefix("lengths:").split(","))
+    try:
+        ins, outs = ([int(x) for x in opts[k].split("/")] for k in ("I", "O"))
+    except (KeyError, ValueError):
+        raise ValueError(f"workload {spec!r}: use lengths:I=a/b/...,O=x/y/...") from None
+    return Workload.from_lengths(ins, outs, name=spec)
 
 
 _A = "M=640,C=256,R_max=16,block=32"       # 20 blocks of 32
@@ -32,6 +42,11 @@ _B = "M=1024,C=64,R_max=8,block=32"        # budget below the prompts
 _C = "M=2048,C=512,R_max=2,block=32"       # R_max binds
 _D = "M=1536,C=128,R_max=16,block=32"      # Splitwise traces
 _E = "M=512,C=32,R_max=16,block=32"        # a tiny budget, memory pressure
+# mixed lengths under pressure, where a request is preempted while another waits whose whole input
+# would fit after it: vLLM admits no one in a step that preempted (sarathi-pc would)
+_F = "M=256,C=64,R_max=16,block=32"
+_G = "M=352,C=256,R_max=16,block=32"
+_H = "M=480,C=64,R_max=16,block=32"
 
 CATALOGUE: tuple[Case, ...] = (
     Case("offline-pressure", "fixed:I=100,O=40,B=12", _A, "offline, uniform, preemptions (60 blocks wanted, 20 held)"),
@@ -48,6 +63,11 @@ CATALOGUE: tuple[Case, ...] = (
          "Splitwise conversation trace (long-tailed outputs), arrivals 2x faster"),
     Case("offline-tiny-budget", "fixed:I=48,O=24,B=8", _E, "budget 32: every prompt chunked, preemptions"),
     Case("poisson-tiny-budget", "fixed:I=48,O=24,B=8,rate=8,seed=4", _E, "online, budget 32, preemptions"),
+    Case("mixed-preempt-a", "lengths:I=165/63/24/101,O=19/22/23/10", _F,
+         "mixed lengths: no admission in a step that preempts"),
+    Case("mixed-preempt-b", "lengths:I=37/85/192/69,O=13/14/13/28", _G, "the same, budget 256"),
+    Case("mixed-preempt-c", "lengths:I=78/83/114/53/147/28/97/79,O=17/10/9/13/21/28/13/14", _H,
+         "the same, 8 requests, budget 64"),
 )
 
 

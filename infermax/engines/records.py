@@ -39,12 +39,15 @@ MEASUREMENTS_FORMAT = "infermax.engine-measurements/1"
 class StepRecord:
     """One engine step: ``scheduled`` maps an engine request id to the tokens it processes (in the
     engine's order), ``preempted`` lists the engine ids preempted before the step ran; ``start_s`` and
-    ``end_s`` are the step's times on the engine clock (NaN when not measured)."""
+    ``end_s`` are the step's times on the engine clock, ``cpu_s`` the CPU time the process spent in it
+    (all its threads; on a shared machine the wall time also holds the time others had the CPU); NaN
+    when not measured."""
 
     scheduled: Mapping[str, int]
     preempted: tuple[str, ...] = ()
     start_s: float = math.nan
     end_s: float = math.nan
+    cpu_s: float = math.nan
 
     @property
     def num_tokens(self) -> int:
@@ -52,7 +55,7 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, Any]:
         return {"scheduled": dict(self.scheduled), "preempted": list(self.preempted),
-                "start_s": self.start_s, "end_s": self.end_s}
+                "start_s": self.start_s, "end_s": self.end_s, "cpu_s": self.cpu_s}
 
 
 @dataclass(frozen=True)
@@ -110,10 +113,15 @@ def schedule_from_records(records: Sequence[StepRecord], id_of: Mapping[str, int
     return Schedule(batches, dict(meta or {}))
 
 
-def step_times(records: Sequence[StepRecord]) -> tuple[np.ndarray, np.ndarray]:
-    """(start_s, duration_s) of each batch of :func:`schedule_from_records` (the steps with tokens)."""
+def step_times(records: Sequence[StepRecord], clock: str = "wall") -> tuple[np.ndarray, np.ndarray]:
+    """(start_s, duration_s) of each batch of :func:`schedule_from_records` (the steps with tokens); with
+    ``clock="cpu"`` the durations are the steps' CPU times."""
+    if clock not in ("wall", "cpu"):
+        raise ValueError(f"clock must be 'wall' or 'cpu', got {clock!r}")
     steps = [records[k] for k in batch_steps(records)]
     start = np.array([r.start_s for r in steps], dtype=np.float64)
+    if clock == "cpu":
+        return start, np.array([r.cpu_s for r in steps], dtype=np.float64)
     end = np.array([r.end_s for r in steps], dtype=np.float64)
     return start, end - start
 
@@ -162,6 +170,7 @@ class Measurements:
         return {"format": MEASUREMENTS_FORMAT, "engine": self.engine, "wall_s": self.wall_s,
                 "startup_s": self.startup_s, "num_preemptions": num_preemptions(self.records),
                 "batch_start_s": start.tolist(), "batch_duration_s": dur.tolist(),
+                "batch_cpu_s": step_times(self.records, "cpu")[1].tolist(),
                 "steps": [r.to_dict() for r in self.records], "requests": [t.to_dict() for t in self.requests]}
 
     @classmethod
@@ -169,7 +178,7 @@ class Measurements:
         if not isinstance(data, Mapping) or data.get("format") != MEASUREMENTS_FORMAT:
             raise ValueError(f"measurements must be an object with format {MEASUREMENTS_FORMAT!r}")
         recs = [StepRecord({str(k): int(v) for k, v in s["scheduled"].items()}, tuple(s["preempted"]),
-                           _num(s["start_s"]), _num(s["end_s"])) for s in data["steps"]]
+                           _num(s["start_s"]), _num(s["end_s"]), _num(s.get("cpu_s"))) for s in data["steps"]]
         reqs = [RequestTiming(int(t["id"]), _num(t["arrival_s"]), _num(t["submitted_s"]), _num(t["first_token_s"]),
                               _num(t["finish_s"]), int(t["first_step"])) for t in data["requests"]]
         return cls(dict(data["engine"]), recs, reqs, _num(data.get("wall_s")), _num(data.get("startup_s")))

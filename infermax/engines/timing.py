@@ -21,7 +21,7 @@ from ..costmodel.lsq import relative_lsq
 from ..replay import replay
 from ..schedule import Schedule
 from ..types import Workload
-from .records import Measurements, step_times
+from .records import Measurements, first_batch_of, step_times
 
 #: columns of :func:`batch_features`
 FEATURES = ("one", "tokens", "requests", "has_decode", "decode_kv", "has_prefill", "prefill_work")
@@ -90,8 +90,36 @@ def predicted_vs_measured(schedule: Schedule, workload: Workload, limits: Any, m
             "pred_e2e_s": pred_e2e, "meas_e2e_s": meas_e2e, "e2e_err": pred_e2e / meas_e2e - 1}
 
 
-def run_features(runs: Sequence[tuple[Schedule, Workload, Measurements]]) -> tuple[np.ndarray, np.ndarray]:
-    """Stacked features and measured durations of several recorded runs."""
+def run_features(runs: Sequence[tuple[Schedule, Workload, Measurements]], clock: str = "wall"
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Stacked features and measured durations (``clock``: wall or cpu) of several recorded runs."""
     feats = [batch_features(s, w) for s, w, _ in runs]
-    durs = [step_times(m.records)[1] for _, _, m in runs]
+    durs = [step_times(m.records, clock)[1] for _, _, m in runs]
     return np.vstack(feats), np.concatenate(durs)
+
+
+def means_on_batch_clock(schedule: Schedule, workload: Workload, m: Measurements,
+                         durations_s: np.ndarray) -> tuple[float, float]:
+    """Mean TTFT and e2e when batch ``j`` lasts ``durations_s[j]``, batches run back to back and each
+    request arrives at the start of the first batch that could schedule it (the lockstep arrivals of
+    :func:`.records.lockstep_workload`): the same function of measured CPU step times and of a model's
+    predicted ones, so that the two compare without the machine's contention or its idle waits."""
+    first = first_batch_of(m.requests, m.records)
+    ends = np.cumsum(durations_s)
+    starts = ends - durations_s
+    n = len(workload)
+    m_kv, inp, gen = np.zeros(n, dtype=np.int64), workload.input_lens.copy(), np.zeros(n, dtype=np.int64)
+    first_tok, done = np.full(n, np.nan), np.full(n, np.nan)
+    for j, b in enumerate(schedule):
+        ev, idx = workload.indices_of(b.evict), workload.indices_of(b.ids)
+        dec = m_kv[ev] >= inp[ev]
+        inp[ev[dec]] = m_kv[ev[dec]] + 1
+        m_kv[ev] = 0
+        m_kv[idx] += b.tokens
+        out = idx[m_kv[idx] >= inp[idx]]
+        gen[out] += 1
+        first_tok[out[np.isnan(first_tok[out])]] = ends[j]
+        fin = out[gen[out] == workload.output_lens[out]]
+        done[fin], m_kv[fin] = ends[j], 0
+    arrive = np.array([starts[first[int(i)]] if first[int(i)] < len(starts) else np.nan for i in workload.ids])
+    return float(np.mean(first_tok - arrive)), float(np.mean(done - arrive))

@@ -136,19 +136,20 @@ class Recorder:
     """Records every step of an engine's scheduler (wraps its ``schedule`` method on the instance).
 
     ``clock()`` is the engine clock (seconds since ``start()``); a step starts when ``schedule`` is
-    entered and ends when :meth:`end_step` is called (after ``engine.step()`` returned)."""
+    entered and ends when :meth:`end_step` is called (after ``engine.step()`` returned); its CPU time is
+    the process's (``time.process_time``) over the same span."""
 
     def __init__(self, engine: LLMEngine) -> None:
         self.scheduler = engine_scheduler(engine)
         self.records: list[StepRecord] = []
-        self._open: tuple[dict[str, int], tuple[str, ...], float] | None = None
+        self._open: tuple[dict[str, int], tuple[str, ...], float, float] | None = None
         self._t0 = time.perf_counter()
         original = self.scheduler.schedule
 
         def schedule(*args: Any, **kwargs: Any) -> Any:
-            start = self.clock()
+            start, cpu = self.clock(), time.process_time()
             out = original(*args, **kwargs)
-            self._open = (dict(out.num_scheduled_tokens), tuple(sorted(out.preempted_req_ids)), start)
+            self._open = (dict(out.num_scheduled_tokens), tuple(sorted(out.preempted_req_ids)), start, cpu)
             return out
 
         self.scheduler.schedule = schedule
@@ -166,8 +167,8 @@ class Recorder:
 
     def end_step(self) -> None:
         if self._open is not None:
-            scheduled, preempted, start = self._open
-            self.records.append(StepRecord(scheduled, preempted, start, self.clock()))
+            scheduled, preempted, start, cpu = self._open
+            self.records.append(StepRecord(scheduled, preempted, start, self.clock(), time.process_time() - cpu))
             self._open = None
 
     def close(self) -> None:
