@@ -162,3 +162,11 @@ def test_fitted_step_model_recovers_a_linear_model_and_batch_clock_means_match_r
     ttft, e2e = means_on_batch_clock(sim.schedule, w, m, durations)
     assert ttft == pytest.approx(sim.metrics["ttft_mean_s"], rel=1e-12)
     assert e2e == pytest.approx(float(np.mean(sim.trace.requests["completion_s"])), rel=1e-12)
+
+
+@pytest.mark.skipif(not (RECORDED / "mixed-preempt-a").is_dir(), reason="recorded run missing")
+def test_vllm_admits_no_one_in_a_step_that_preempts_which_sarathi_pc_misses():
+    schedule, workload, limits, m = load_engine_run(RECORDED / "mixed-preempt-a")
+    comparison, _ = compare_preset(schedule, workload, limits, m.requests, m.records, "sarathi-pc")
+    assert comparison.first_divergence == 5 and schedule[5].evict.size      # vLLM's step 5 preempts
+    assert comparison.divergence_text() == "batch 5: vLLM 0:1 evict [1] | preset 0:1 2:24 evict [1]"
