@@ -43,7 +43,7 @@ def _spread(values: list[float]) -> float:
     return max(values) / min(values) - 1 if len(values) > 1 else float("nan")
 
 
-def timing_table(runs: dict[str, list], reps: dict[str, list], clock: str) -> list[dict]:
+def timing_table(runs: dict[str, list], reps: dict[str, list], clock: str, loss: str) -> list[dict]:
     """Per case: the model fitted to the other cases' step times on ``clock`` (wall or cpu), its held-out
     step error, and mean TTFT / e2e predicted from the case's schedule beside the measured ones. Wall:
     replayed with the workload's arrivals against what the engine's clock measured; cpu: both on the
@@ -51,7 +51,7 @@ def timing_table(runs: dict[str, list], reps: dict[str, list], clock: str) -> li
     rows = []
     for name, mine in runs.items():
         others = [(s, w, m) for other, rs in runs.items() if other != name for s, w, _, m in rs]
-        model = fit_step_model(*run_features(others, clock), name=f"fit-without-{name}")
+        model = fit_step_model(*run_features(others, clock), name=f"fit-without-{name}", loss=loss)
         s, w, lim, m = mine[0]
         feats, dur = batch_features(s, w), step_times(m.records, clock)[1]
         row = {"case": name, "step_median_ape": error_stats(predicted_steps(model, feats), dur)["median_ape"]}
@@ -70,8 +70,8 @@ def timing_table(runs: dict[str, list], reps: dict[str, list], clock: str) -> li
     return rows
 
 
-def print_timing(rows: list[dict], clock: str) -> None:
-    print(f"\n{clock} clock: linear model fitted to {clock} step times, leaving each case out")
+def print_timing(rows: list[dict], clock: str, loss: str) -> None:
+    print(f"\n{clock} clock: linear model fitted to {clock} step times ({loss} loss), leaving each case out")
     print(f"{'case':<22}{'step APE':>9}{'pred TTFT':>10}{'meas TTFT':>10}{'err':>8}{'pred e2e':>10}{'meas e2e':>10}"
           f"{'err':>8}{'runs':>5}{'e2e spread':>11}")
     for r in rows:
@@ -86,7 +86,7 @@ def print_timing(rows: list[dict], clock: str) -> None:
 def gap_table(runs: dict[str, list]) -> list[dict]:
     """Under the model fitted to every case's CPU step times, the certified gaps of vLLM's schedules."""
     model = fit_step_model(*run_features([(s, w, m) for rs in runs.values() for s, w, _, m in rs], "cpu"),
-                           name="vllm-cpu-fit")
+                           name="vllm-cpu-fit", loss="absolute")
     rows = []
     for name, mine in runs.items():
         s, w, lim, _ = mine[0]
@@ -112,11 +112,12 @@ def main(argv: list[str] | None = None) -> int:
     reps = load(args.reps, args.cases) if args.reps else {}
     print(f"vLLM timing, {datetime.date.today()}")
     for clock in ("wall", "cpu"):
-        print_timing(timing_table(runs, reps, clock), clock)
+        for loss in ("relative", "absolute"):
+            print_timing(timing_table(runs, reps, clock, loss), clock, loss)
     if not args.no_gaps:
         gaps, model = gap_table(runs)
         k = model.coefficients
-        print(f"\ncertified gaps of vLLM's schedules under the model fitted to all cases' CPU step times "
+        print(f"\ncertified gaps of vLLM's schedules under the model fitted to all cases' CPU step times (absolute loss) "
               f"(s: {k.nonattn_lines[0][0]:.4g} + {k.nonattn_lines[0][1]:.4g}/token + {k.request_s:.4g}/request + "
               f"{k.decode_kv_s:.4g}/decode KV token + {k.prefill_attn_s:.4g}/prefill pair; "
               f"biases decode {k.decode_bias_s:.3g}, prefill {k.prefill_bias_s:.3g})")

@@ -153,8 +153,11 @@ def test_fitted_step_model_recovers_a_linear_model_and_batch_clock_means_match_r
     durations = sim.trace.batches["duration_s"]
     feats = batch_features(sim.schedule, w)
     assert np.allclose(predicted_steps(truth, feats), durations, rtol=1e-12)     # the features are batch_time's
-    fitted = fit_step_model(feats, durations)
-    assert np.allclose(predicted_steps(fitted, feats), durations, rtol=1e-6)
+    for loss in ("relative", "absolute"):
+        fitted = fit_step_model(feats, durations, loss=loss)
+        assert np.allclose(predicted_steps(fitted, feats), durations, rtol=1e-6), loss
+    with pytest.raises(ValueError, match="loss must be"):
+        fit_step_model(feats, durations, loss="huber")
     # offline, every request may run from batch 0: the batch clock is replay's clock
     recs = [StepRecord({str(i): int(c) for i, c in zip(b.ids, b.tokens)}) for b in sim.schedule]
     m = Measurements({}, recs, [RequestTiming(int(i), 0.0, 0.0) for i in w.ids])

@@ -50,13 +50,26 @@ def batch_features(schedule: Schedule, workload: Workload) -> np.ndarray:
     return np.array(rows, dtype=np.float64).reshape(-1, len(FEATURES))
 
 
-def fit_step_model(features: np.ndarray, durations_s: np.ndarray, name: str = "fitted") -> LinearCostModel:
-    """The linear cost model whose ``batch_time`` best matches ``durations_s`` (relative least squares,
-    every coefficient >= 0)."""
+def fit_step_model(features: np.ndarray, durations_s: np.ndarray, name: str = "fitted",
+                   loss: str = "relative") -> LinearCostModel:
+    """The linear cost model whose ``batch_time`` best matches ``durations_s``, every coefficient >= 0:
+    ``loss="relative"``, the cost model's own regression (relative residuals, soft-L1: each step counts
+    alike, outliers do not bend it); ``"absolute"``, least squares in seconds (its sum over the steps
+    matches the measured sum: what a mean TTFT or e2e, a sum of step times, needs)."""
+    from scipy.optimize import lsq_linear      # (as costmodel.lsq: scipy.optimize costs ~0.4 s to import)
     ok = np.isfinite(durations_s) & (durations_s > 0)
     if ok.sum() < len(FEATURES):
         raise ValueError(f"fit_step_model needs at least {len(FEATURES)} measured steps, got {int(ok.sum())}")
-    a, b, req, d_bias, d_kv, p_bias, p_attn = relative_lsq(features[ok], durations_s[ok])
+    if loss == "relative":
+        p = relative_lsq(features[ok], durations_s[ok])
+    elif loss == "absolute":
+        X = features[ok]
+        scale = np.linalg.norm(X, axis=0)
+        scale[scale == 0] = 1.0
+        p = lsq_linear(X / scale, durations_s[ok], bounds=(0.0, np.inf), tol=1e-12).x / scale
+    else:
+        raise ValueError(f"loss must be 'relative' or 'absolute', got {loss!r}")
+    a, b, req, d_bias, d_kv, p_bias, p_attn = (float(x) for x in p)
     coef = LinearCoefficients(nonattn_lines=((a, b),), decode_bias_s=d_bias, decode_kv_s=d_kv,
                               prefill_bias_s=p_bias, prefill_attn_s=p_attn, request_s=req)
     return LinearCostModel(coef, name=name, description="fitted to measured engine step times")
