@@ -7,6 +7,7 @@ Every import counts, at module level or inside a function (a lazy import is stil
 - ``costmodel`` imports nothing of the core (only ``infermax.costmodel``);
 - ``schedulers`` never imports ``csp`` or ``kernels``;
 - torch and triton stay in ``kernels``, ``infermax/execute`` and ``costmodel`` (the core never imports them);
+- vllm is imported only in ``infermax/engines/`` (an engine is an optional extra);
 - no import cycles between files (a package ``__init__`` importing its own children — re-exporting
   them — is not one; a cycle between two children through the package still is).
 
@@ -79,6 +80,8 @@ def rule_broken(top: str, rel: str, name: str) -> tuple[str, str] | None:
     if first in ("torch", "triton") and (top in ("csp", "schedulers")
                                          or (top == "infermax" and not rel.startswith("infermax/execute/"))):
         return "torch", f"{first} imported in {top}"
+    if first == "vllm" and not rel.startswith("infermax/engines/"):
+        return "vllm", "vllm imported outside infermax/engines (an engine is an optional extra)"
     return None
 
 
@@ -128,6 +131,7 @@ def test_every_kind_of_broken_wall_is_named_with_its_file_and_line(tmp_path):
         "infermax/a.py": "from .b import y\n",
         "infermax/b.py": "def f():\n    from . import a   # lazy, still a cycle\n",
         "infermax/core.py": "import torch\n",
+        "infermax/serve.py": "from vllm import LLM\n",
         "csp/__init__.py": "",
         "csp/warm.py": "import math\n\n\ndef f():\n    from infermax.schedulers import available\n",
         "csp/lp.py": "class LP:\n    def solve(self):\n        try:\n            import highspy\n        except ImportError:\n"
@@ -146,6 +150,7 @@ def test_every_kind_of_broken_wall_is_named_with_its_file_and_line(tmp_path):
         "schedulers/x.py:1: schedulers imports infermax.csp",
         "schedulers/x.py:2: schedulers imports infermax.kernels",
         "infermax/core.py:1: torch imported in infermax",
+        "infermax/serve.py:1: vllm imported outside infermax/engines (an engine is an optional extra)",
         "import cycle: infermax.a -> infermax.b",
     ]), "\n".join(broken)
 
@@ -158,6 +163,7 @@ def test_what_the_walls_allow_is_not_reported(tmp_path):
         "infermax/engine.py": "from infermax.costmodel import CostModel\nfrom .schedulers import get\n",
         "infermax/execute/__init__.py": "from .forward import run\n",
         "infermax/execute/forward.py": "import torch\nfrom infermax.costmodel.packed import Packed\n",
+        "infermax/engines/vllm_engine.py": "import vllm\nfrom infermax.engine import simulate\n",
         "kernels/__init__.py": "import triton\n",
         "csp/__init__.py": "from .api import solve\n",
         "csp/api.py": "from infermax.engine import simulate\nfrom . import backends\n",
