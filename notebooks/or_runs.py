@@ -86,7 +86,20 @@ def gap_runs(ns=(16, 64, 256), seeds=range(3)) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-REAL_SCHEDULERS = ("mcsf", "sarathi-la", "sarathi-ef", "vllm-la", "sarathi", "bound-e2e-ef")
+REAL_SCHEDULERS = ("mcsf", "sarathi-la", "sarathi-pc-la", "sarathi-ef", "sarathi", "bound-e2e-ef", "mcsf-fcfs")
+
+
+def scheduler(name: str):
+    """A registered scheduler, or ``mcsf-fcfs``: MC-SF's policy in arrival order (the memory-aware greedy
+    that differs from MC-SF only by its order)."""
+    if name != "mcsf-fcfs":
+        return name
+    from dataclasses import replace
+
+    from infermax.schedulers import GetNextBatch
+    from infermax.schedulers.mcsf import mcsf_policy
+
+    return GetNextBatch(replace(mcsf_policy(), rank_key="arrival"), name="mcsf-fcfs")
 
 
 def real_runs(n: int = 2000, schedulers=REAL_SCHEDULERS) -> pd.DataFrame:
@@ -96,7 +109,7 @@ def real_runs(n: int = 2000, schedulers=REAL_SCHEDULERS) -> pd.DataFrame:
     w = Workload.from_spec(f"trace:splitwise_conv,n={n}")
     rows = []
     for name in schedulers:
-        m = _judged(w, name, lim, cost)
+        m = _judged(w, scheduler(name), lim, cost)
         rows.append({"study": "real", "n": n, "M": lim.M, "scheduler": name, "e2e_mean_s": m["e2e_mean_s"],
                      "ttft_mean_s": m["ttft_mean_s"], "evictions": m["num_evictions"]})
     return pd.DataFrame(rows)
@@ -132,3 +145,127 @@ def sweep_runs(n: int = 3000, shares=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25), sch
                          "scheduler": name, "throughput_rps": n / m["latency_s"], "e2e_mean_s": m["e2e_mean_s"],
                          "ttft_mean_s": m["ttft_mean_s"], "evictions": m["num_evictions"]})
     return pd.DataFrame(rows)
+
+
+#: the new schedulers of issue 39 (items 1), reported against every registered one that existed before
+NEW = ("mcsf", "wait", "nested-wait")
+BOUND_OBJECTIVES = ("latency", "ttft", "e2e", "ttft_p99")
+#: the earlier schedulers that were the best of all registered ones on some cell and objective of bound_bench
+#: (README: its makespan and ttft / e2e / ttft_p99 tables), and the bound-guided ones: the candidates for "best
+#: earlier"; a row where a new scheduler beats them all is checked against every registered one (``verify``)
+EARLIER = ("vllm", "vllm-ef", "vllm-hy-la", "vllm-hy-ef", "vllm-real", "sarathi", "sarathi-la", "sarathi-nocp",
+           "sarathi-nohy", "sarathi-real", "rank-i-ef", "rank-org-ef", "bound-ttft", "bound-e2e", "bound-e2e-ef")
+
+
+def bound_cells(small: bool = False) -> list[tuple[str, Workload]]:
+    """``benchmarks/bound_bench.py``'s cells: B = 1024, I in {16, 256, 1024}, O in {32, 1024}, and the two
+    Splitwise traces (n = 2000), all at M = 100K, C = 4096 (``small``: B = 64 and n = 200)."""
+    B, n = (64, 200) if small else (1024, 2000)
+    cells = [(f"I={I},O={O}", Workload.from_spec(f"fixed:I={I},O={O},B={B}")) for I in (16, 256, 1024)
+             for O in (32, 1024)]
+    return cells + [(t, Workload.from_spec(f"trace:{t},n={n}")) for t in ("splitwise_conv", "splitwise_code")]
+
+
+def bound_runs(small: bool = False, objectives=BOUND_OBJECTIVES, earlier=EARLIER) -> pd.DataFrame:
+    """Per cell and objective: each new scheduler's value and certified gap, the best earlier scheduler (of
+    ``earlier``, ``bound-e2e-ef`` also at bound_bench's prefill budgets; None: every registered one) and its gap;
+    where a new one beats them, the row is checked against every registered scheduler (``verified``)."""
+    from infermax.schedulers import available
+
+    lim, cost, rows = Limits(M=100_000, C=4096), get_cost_model(None), []
+    budgets = [f"bound-e2e-ef:prefill_budget={k * lim.C // 32}" for k in (16, 12, 8, 6, 4, 3, 2)]
+    names = [*NEW, *(available() if earlier is None else earlier), *budgets]
+    for label, w in bound_cells(small):
+        traces = _traces(w, names, lim, cost)
+        block = []
+        for objective in objectives:
+            block += _bound_rows(label, w, objective, traces, lim, cost)
+        if any(r["beats_all"] for r in block) and earlier is not None:      # check against every registered one
+            traces.update(_traces(w, [n for n in available() if n not in traces], lim, cost))
+            for r in block:
+                if r["beats_all"]:
+                    again = _bound_rows(label, w, r["objective"], traces, lim, cost, bound=r["bound"])
+                    r["beats_all"] = next(x["beats_all"] for x in again if x["scheduler"] == r["scheduler"])
+                    r["verified"] = True
+        rows += block
+    return pd.DataFrame(rows)
+
+
+def _traces(w: Workload, names, lim: Limits, cost) -> dict:
+    traces = {}
+    for name in names:
+        try:
+            r = simulate(w, name, lim, cost)
+        except ValueError:                 # refuses the instance (no chunked prefill, KV blocks)
+            continue
+        if name in NEW:
+            assert replay(r.schedule, w, lim, cost) == r.trace, name
+        traces[name] = r.trace
+    return traces
+
+
+def _bound_rows(label: str, w: Workload, objective: str, traces: dict, lim: Limits, cost,
+                bound: float | None = None) -> list[dict]:
+    from infermax.bounds import cheap_methods, lower_bound, parse_objective
+    from infermax.bounds.objectives import trace_value
+
+    obj = parse_objective(objective)
+    values = {n: trace_value(obj, tr) for n, tr in traces.items()}
+    old = {n: v for n, v in values.items() if n not in NEW}
+    best = min(old, key=old.get)
+    b = lower_bound(w, lim, cost, objective=objective, methods=cheap_methods(objective)).value if bound is None \
+        else bound
+    return [{"study": "bounds", "cell": label, "objective": objective, "scheduler": name, "value": values[name],
+             "bound": b, "gap": (values[name] - b) / values[name], "best_existing": best,
+             "best_existing_value": old[best], "best_existing_gap": (old[best] - b) / old[best],
+             "beats_all": bool(values[name] < old[best] * (1 - 1e-9)), "verified": False} for name in NEW]
+
+
+def cached(name: str, run, **params) -> pd.DataFrame:
+    """``run(**params)``, or in a FULL run with ``INFERMAX_NOTEBOOK_CACHE`` set, the table an earlier FULL run of
+    the same code kept there (:func:`findings.results_file`)."""
+    from findings import results_file
+
+    path = results_file(name)
+    if path is not None and path.exists():
+        return pd.read_parquet(path)
+    df = run(**params)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        df.to_parquet(path)
+    return df
+
+
+#: the FULL run's parameters (the SMALL run's in ``SMALL``), one entry per block of the results table
+FULL = {"ratio": dict(ns=(4, 5, 6), seeds=tuple(range(6)), time_limit_s=60.0),
+        "gap": dict(ns=(16, 64, 256), seeds=tuple(range(3))),
+        "real": dict(n=2000),
+        "sweep": dict(n=3000, shares=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)),
+        "bounds": dict(small=False)}
+SMALL = {"ratio": dict(ns=(4,), seeds=(0, 1), time_limit_s=20.0),
+         "gap": dict(ns=(16,), seeds=(0,)),
+         "real": dict(n=200),
+         "sweep": dict(n=300, shares=(0.5, 1.1)),
+         "bounds": dict(small=True, objectives=("e2e", "ttft"))}
+RUNS = {"ratio": ratio_runs, "gap": gap_runs, "real": real_runs, "sweep": sweep_runs, "bounds": bound_runs}
+
+
+def ratio_table(ratio: pd.DataFrame) -> pd.DataFrame:
+    """Per mode and n: instances, proven optima, MC-SF / optimum mean and max over the proven ones."""
+    r = ratio.assign(ratio=ratio["mcsf_s"] / ratio["optimum_s"])
+    return r.groupby(["mode", "n"]).agg(instances=("seed", "size"), proven=("optimum_s", "count"),
+                                        ratio_mean=("ratio", "mean"), ratio_max=("ratio", "max"),
+                                        solver_cpu_s_max=("solver_cpu_s", "max")).reset_index()
+
+
+def saturation(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Per scheduler: the highest simulated throughput over the sweep (its capacity) and the load (share of the
+    fluid limit) where the throughput first falls 5 % below the arrival rate; beside the fluid limit."""
+    out = []
+    for name, part in sweep.groupby("scheduler", sort=False):
+        part = part.sort_values("share")
+        behind = part[part["throughput_rps"] < 0.95 * part["rate_rps"]]
+        out.append({"scheduler": name, "capacity_rps": part["throughput_rps"].max(),
+                    "fluid_limit_rps": part["fluid_limit_rps"].iloc[0],
+                    "first_behind_share": behind["share"].min() if len(behind) else np.nan})
+    return pd.DataFrame(out).assign(capacity_over_fluid=lambda d: d["capacity_rps"] / d["fluid_limit_rps"])
