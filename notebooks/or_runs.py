@@ -18,6 +18,7 @@ certified by ``lower_bound``:
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -178,17 +179,20 @@ def bound_cells(small: bool = False) -> list[tuple[str, Workload]]:
     return cells + [(t, Workload.from_spec(f"trace:{t},n={n}")) for t in ("splitwise_conv", "splitwise_code")]
 
 
-def bound_runs(small: bool = False, objectives=BOUND_OBJECTIVES, earlier=EARLIER, budgets: bool = True
-               ) -> pd.DataFrame:
+def bound_runs(small: bool = False, objectives=BOUND_OBJECTIVES, earlier=EARLIER, budgets: bool = True,
+               cells: "tuple[str, ...] | None" = None, log_path: str | None = None) -> pd.DataFrame:
     """Per cell and objective: each new scheduler's value and certified gap, the best earlier scheduler (of
     ``earlier``, ``bound-e2e-ef`` also at bound_bench's prefill budgets; None: every registered one) and its gap;
-    where a new one beats them, the row is checked against every registered scheduler (``verified``)."""
+    where a new one beats them, the row is checked against every registered scheduler (``verified``). ``cells``:
+    only these labels; ``log_path``: each cell's rows are appended there as CSV as soon as they are measured."""
     from infermax.schedulers import available
 
     lim, cost, rows = Limits(M=100_000, C=4096), get_cost_model(None), []
     variants = [f"bound-e2e-ef:prefill_budget={k * lim.C // 32}" for k in (16, 12, 8, 6, 4, 3, 2)] if budgets else []
     names = [*NEW, *(available() if earlier is None else earlier), *variants]
     for label, w in bound_cells(small):
+        if cells is not None and label not in cells:
+            continue
         traces = _traces(w, names, lim, cost)
         block = []
         for objective in objectives:
@@ -201,6 +205,8 @@ def bound_runs(small: bool = False, objectives=BOUND_OBJECTIVES, earlier=EARLIER
                     r["beats_all"] = next(x["beats_all"] for x in again if x["scheduler"] == r["scheduler"])
                     r["verified"] = True
         rows += block
+        if log_path:
+            pd.DataFrame(block).to_csv(log_path, mode="a", header=not Path(log_path).exists(), index=False)
     return pd.DataFrame(rows)
 
 
