@@ -260,7 +260,7 @@ FULL = {"ratio": dict(ns=(4, 5, 6), seeds=tuple(range(6)), time_limit_s=60.0, re
         "gap": dict(ns=(16, 64, 256), seeds=tuple(range(3))),
         "real": dict(n=2000, time_scales=(1.0, 0.5, 0.25)),
         "sweep": dict(n=3000, shares=(0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)),
-        "bounds": dict(small=False, cells=('splitwise_conv',))}
+        "bounds": dict(small=False)}
 SMALL = {"ratio": dict(ns=(4,), seeds=(5,), time_limit_s=20.0),
          "gap": dict(ns=(16,), seeds=(0,)),
          "real": dict(n=100, time_scales=(1.0,), schedulers=("mcsf", "sarathi-la")),
