@@ -39,19 +39,19 @@ def _ratio(mode: str):
     return measure
 
 
-jaillet("§5 (abstract), synthetic", "MC-SF's average latency is 1.005 times the hindsight optimum when all "
+jaillet("abstract, synthetic study", "MC-SF's average latency is 1.005 times the hindsight optimum when all "
         "requests arrive at t = 0", Near(value=1.005, tol=0.01, why="within 1 % of the paper's ratio"),
         "the solver proves optima only up to n = 5 here (instances of prompts U{1..4}, outputs U{1..8}, M = 16; "
         "the paper's generator is not available), and the proven instances lean towards those where MC-SF's own "
         "schedule, the solver's warm start, is already optimal")(_ratio("offline"))
-jaillet("§5 (abstract), synthetic", "MC-SF's average latency is 1.047 times the hindsight optimum with online "
+jaillet("abstract, synthetic study", "MC-SF's average latency is 1.047 times the hindsight optimum with online "
         "arrivals", Near(value=1.047, tol=0.02, why="within 2 % of the paper's ratio"),
         "every online instance the solver proves (8 of 18, n = 4-6, within 60-240 s of wall clock on a shared "
         "machine: 5-33 CPU s) is one where MC-SF's schedule, its warm start, is already optimal; on the 10 it does "
         "not prove, MC-SF is up to 1.59x the solver's bound, so the ratio there is unknown, not 1")(_ratio("online"))
 
 
-@jaillet("§5 (abstract), real data", f"On real conversations (Llama-2-70B on A100s) MC-SF's latency is about 31 % "
+@jaillet("abstract, real-data study", f"On real conversations (Llama-2-70B on A100s) MC-SF's latency is about 31 % "
          f"lower than a memory-aware baseline (ours: {BASELINE}, the trace's own arrivals)",
          Effect(lo=1 / (1 - 0.31), unit="%-"),
          "at the trace's own arrival rate a TP-2 Llama-2-70B replica is far past its capacity (mean e2e 8-10 min, "
