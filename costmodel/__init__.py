@@ -8,6 +8,7 @@
 - :mod:`.accuracy`  held-out error of a fit (per operator and per batch)
 - :mod:`.roofline`  lower-bound batch times from specs alone
 - :mod:`.communication`, :mod:`.parallel`  TP / PP / SP / KVP terms
+- :mod:`.unit`      ``unit``: every batch costs one round (the scheduling papers' unit time)
 - :mod:`.catalog`   named fitted and roofline models, registered on import
 - :mod:`.transfer`  ``scaled:<gpu>/<model>``: unmeasured models at a measured model's roofline efficiency
 - :mod:`.profiler`  measure a profile with PyTorch (CPU or CUDA; torch imported lazily)
@@ -20,12 +21,14 @@ from .parallel import ParallelConfig, ParallelCostModel
 from .registry import available_cost_models, get_cost_model, register_cost_model
 from .roofline import RooflineCostModel
 from .transfer import register_scaled
+from .unit import register_unit, unit_cost_model
 from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
 register_catalog()
 register_scaled()
+register_unit()
 
 __all__ = ["GPUS", "MODELS", "CostModel", "GpuSpec", "LinearCoefficients", "LinearCostModel", "ModelSpec",
            "ParallelConfig", "ParallelCostModel", "ProfiledCostModel", "RooflineCostModel", "available_cost_models",
            "get_cost_model", "get_gpu_spec", "get_model_spec", "kv_capacity_tokens", "linear_coefficients",
-           "register_cost_model"]
+           "register_cost_model", "unit_cost_model"]

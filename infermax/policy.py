@@ -60,7 +60,10 @@ class Policy:
     waiting request at the head that cannot get KV would hold back the running requests that hold
     it, so the rank schedulers skip). lookahead: admit a waiting request only if the predicted
     future KV of all running requests stays within M
-    (:mod:`infermax.schedulers.lookahead`). C: tokens per batch of the scheduler itself, decodes
+    (:mod:`infermax.schedulers.lookahead`). stagger: with look-ahead, also spread admissions over time
+    (one request every few batches, so that request ages spread evenly; the ``-la`` variants);
+    ``stagger=False`` admits every candidate that passes the check at once, in the group's order (MC-SF,
+    :mod:`infermax.schedulers.mcsf`). C: tokens per batch of the scheduler itself, decodes
     included (None = Limits.C; real Sarathi's token budget, 512). watermark: fraction of the KV
     blocks a first fill or refill must leave free (0 = the paper's semantics; vLLM's default is
     0.01). block_size: the KV block size the scheduler models (None: whatever the Limits say);
@@ -77,12 +80,13 @@ class Policy:
     victim: "str | Key" = LOWEST_PRIORITY
     skip_on_fail: bool = False
     lookahead: bool = False
+    stagger: bool = True
     C: int | None = None
     watermark: float = 0.0
     block_size: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("allow_eviction", "hybrid", "chunked_prefill", "skip_on_fail", "lookahead"):
+        for name in ("allow_eviction", "hybrid", "chunked_prefill", "skip_on_fail", "lookahead", "stagger"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Policy.{name} must be a bool, got {getattr(self, name)!r}")
         if self.priority not in PRIORITIES:

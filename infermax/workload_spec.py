@@ -12,6 +12,8 @@ module installs on import: :func:`infermax.types.register_spec_reader`):
   Azure LLM inference CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``); options
   ``skip`` (rows to skip), ``time_scale`` (divide inter-arrival times),
   ``offline=1`` (all arrive at 0), ``max_len`` (clip I and O);
+- ``typed:types=short/64/32/2+long/512/128/0.5,n=1000`` — request types with length distributions and
+  Poisson rates (:mod:`infermax.workloads_typed`; options ``seed``, ``offline=1``, ``tick``);
 - ``pecsched:...`` and ``medha:...`` — the long-context workloads of
   :mod:`infermax.workloads_long`, which also gives every kind its SLO options.
 
@@ -34,6 +36,7 @@ from typing import Any
 from .types import MAX_TOKENS, Workload, parse_count, register_spec_reader
 from .workloads import BUILTIN_TRACES, MAX_REQUESTS, MAX_SEED, check_real, fixed, load_trace, mix
 from .workloads_long import medha_mix, pecsched_trace, with_slos
+from .workloads_typed import parse_types, typed
 
 
 def _options(parts: list[str], spec: str) -> dict[str, str]:
@@ -93,7 +96,7 @@ def workload_from_spec(spec: str) -> Workload:
         return Workload.from_json(Path(spec.strip()))
     if not isinstance(spec, str) or ":" not in spec:
         hint = f"; for a CSV trace write 'trace:{spec}'" if isinstance(spec, str) and spec.endswith(".csv") else ""
-        raise ValueError(f"workload spec must look like KIND:OPTIONS (fixed:, mix:, trace:, pecsched:, medha:) "
+        raise ValueError(f"workload spec must look like KIND:OPTIONS (fixed:, mix:, trace:, typed:, pecsched:, medha:) "
                          f"or name a workload .json file, got {spec!r}{hint}")
     kind, rest = spec.split(":", 1)
     parts = [p for p in rest.split(",") if p.strip()]
@@ -113,9 +116,10 @@ _SEED = _count("seed", 0, MAX_SEED - 1)
 def _parse_kind(kind: str, parts: list[str], spec: str) -> Workload:
     """Read every option of one spec kind, refuse leftovers, then build (no work before all are checked)."""
     readers = {"fixed": _synthetic_spec, "mix": _synthetic_spec, "trace": _trace_spec,
-               "pecsched": _pecsched_spec, "medha": _medha_spec}
+               "pecsched": _pecsched_spec, "medha": _medha_spec, "typed": _typed_spec}
     if kind not in readers:
-        raise ValueError(f"workload spec {spec!r}: unknown kind {kind!r}; use fixed, mix, trace, pecsched or medha")
+        raise ValueError(f"workload spec {spec!r}: unknown kind {kind!r}; use fixed, mix, trace, typed, pecsched "
+                         f"or medha")
     make, opts = readers[kind](kind, parts, spec)
     if opts:
         raise ValueError(f"workload spec {spec!r}: unknown option(s) {', '.join(sorted(opts))}")
@@ -164,6 +168,17 @@ def _pecsched_spec(kind: str, parts: list[str], spec: str) -> tuple[Any, dict[st
                    lo=_pop(opts, "lo", _count("lo"), 100_000, spec), hi=_pop(opts, "hi", _count("hi"), 500_000, spec),
                    seed=_pop(opts, "seed", _SEED, 0, spec),
                    time_scale=_pop(opts, "time_scale", _real("time_scale"), 1.0, spec)), opts
+
+
+def _typed_spec(kind: str, parts: list[str], spec: str) -> tuple[Any, dict[str, str]]:
+    opts = _options(parts, spec)
+    types = _pop(opts, "types", parse_types, None, spec)
+    n = _pop(opts, "n", _count("n", 1, MAX_REQUESTS), None, spec)
+    if types is None or n is None:
+        raise ValueError(f"workload spec {spec!r}: typed needs types=NAME/PROMPT/OUTPUT/RATE+... and n")
+    return partial(typed, types, n, seed=_pop(opts, "seed", _SEED, 0, spec),
+                   offline=_pop(opts, "offline", _flag("offline"), False, spec),
+                   tick_s=_pop(opts, "tick", _real("tick"), None, spec)), opts
 
 
 def _medha_spec(kind: str, parts: list[str], spec: str) -> tuple[Any, dict[str, str]]:

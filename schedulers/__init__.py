@@ -8,7 +8,8 @@ callables over a :class:`RequestView` (:mod:`infermax.ordering`).
 from infermax.ordering import RequestView, register_rank_key, register_victim
 from infermax.policy import Policy
 
-from . import boundguided, medha, pecsched, rank, sarathi, vllm, vllm_v1  # noqa: F401  (registration side effects)
+from . import (boundguided, mcsf, medha, nested_wait, pecsched, rank, sarathi, vllm,  # noqa: F401  (registration)
+               vllm_v1, wait)
 from .base import Plan, Scheduler
 from .framework import GetNextBatch, register_family
 from .registry import available, describe_all, get_scheduler, register_scheduler, split_specs

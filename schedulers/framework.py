@@ -118,7 +118,7 @@ class GetNextBatch(Scheduler):
                "P": p.P, "R_max": p.R_max, "eviction_free": self._ef, "rank_key": key_name(p.rank_key)}
         if p.victim != LOWEST_PRIORITY:
             out["victim"] = key_name(p.victim)
-        for key, default in (("C", None), ("watermark", 0.0), ("block_size", None)):
+        for key, default in (("C", None), ("watermark", 0.0), ("block_size", None), ("stagger", True)):
             if getattr(p, key) != default:      # only what departs from the paper's semantics
                 out[key] = getattr(p, key)
         return out
@@ -160,7 +160,7 @@ class GetNextBatch(Scheduler):
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
         # largest (re)fill one batch can hold without chunked prefill (None: chunks have no such bound)
         self._cap = None if p.chunked_prefill else min(self._C, self._P)
-        self._admission = Admission(self._P, self._R, p.priority, p.hybrid) if p.lookahead else None
+        self._admission = Admission(self._P, self._R, p.priority, p.hybrid, p.stagger) if p.lookahead else None
         self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
                               active=not (self._ef or p.lookahead), block=self._bs)
         if not p.chunked_prefill:

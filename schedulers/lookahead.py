@@ -117,10 +117,11 @@ def stagger_gap(state, head: int) -> int:
 
 class Admission:
     """Look-ahead admission for one scheduler run: prefill tokens per batch ``P``, running cap ``R``,
-    the scheduler's ``priority`` ("prefill" or "decode") and whether it batches hybrid."""
+    the scheduler's ``priority`` ("prefill" or "decode"), whether it batches hybrid and whether it
+    staggers admissions (``stagger``; without it every candidate that passes the check is admitted at once)."""
 
-    def __init__(self, P: int, R: int, priority: str, hybrid: bool) -> None:
-        self.P, self.R, self.priority, self.hybrid = P, R, priority, hybrid
+    def __init__(self, P: int, R: int, priority: str, hybrid: bool, stagger: bool = True) -> None:
+        self.P, self.R, self.priority, self.hybrid, self.stagger = P, R, priority, hybrid, stagger
         self._last_admit = -(1 << 40)
 
     def admit(self, state, b, running: np.ndarray, cand: np.ndarray, tok: np.ndarray) -> int:
@@ -130,10 +131,10 @@ class Admission:
 
         Admissions are also staggered: one per ``gap`` batches, where ``gap`` spreads the
         ages of the running requests evenly over their output length, so that completions
-        (and the KV they free) arrive steadily instead of in waves. The prediction needs every
+        (and the KV they free) arrive steadily instead of in waves (unless ``stagger`` is off). The prediction needs every
         running request to decode in every batch, so at most C requests run.
         """
-        gap = stagger_gap(state, int(cand[0])) if running.size else 0
+        gap = stagger_gap(state, int(cand[0])) if running.size and self.stagger else 0
         if gap > 1:
             if b.j - self._last_admit < gap:
                 b.future_refusal = True
