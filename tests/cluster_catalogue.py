@@ -352,3 +352,53 @@ CASES = _cases_format() + _cases_rules()
 #: fragments of messages that come from Python, not from the judge: none may reach a user
 INTERNAL = ("invalid literal", "dictionary update", "zero-size array", "has no attribute", "object is not",
             "KeyError", "TypeError", "IndexError", "unhashable", "not subscriptable", "not iterable")
+
+
+def _stage_overlap(d: dict) -> None:
+    row = d["plans"][0]["stage_start_s"][0]
+    row[1] = row[0]                     # stage 1 starts with stage 0
+
+
+def _decode_of_two(d: dict) -> None:
+    """A decode batch (its requests all past their prompts) given a second token."""
+    b = next(b for r in d["replicas"] for b in r["batches"][1:] if set(b["tokens"]) == {1})
+    b["tokens"][0] = 2
+
+
+def _evict_idle(d: dict) -> None:
+    """The first batch evicts a request that holds no KV yet (the replica's last request)."""
+    rep = next(r for r in d["replicas"] if r["batches"])
+    last = rep["batches"][-1]["ids"][-1]
+    if last in rep["batches"][0]["ids"]:
+        raise AssertionError("the base's first batch already runs its replica's last request")
+    rep["batches"][0]["evict"] = [last]
+
+
+def _run_again(d: dict) -> None:
+    rep = next(r for r in d["replicas"] if r["batches"])
+    rep["batches"].append(dict(rep["batches"][-1]))
+
+
+def _no_wait(d: dict) -> None:
+    """A batch that waited for its requests' previous batch to leave the last stage starts without waiting."""
+    b = next(b for b in d["replicas"][0]["batches"][1:] if b.get("not_before_s"))
+    del b["not_before_s"]
+
+
+def _cases_replica_and_plan_rules() -> list[Case]:
+    """The replica rules the judge checks through ServingState, and the executed plans' order rules."""
+    return [
+        _rule("prefill_chunk_too_long", "fifo", lambda d: _set(first_batch(d)["tokens"], 0,
+                                                               first_batch(d)["tokens"][0] + 1),
+              "prefill-chunk", "exceeds"),
+        _rule("decode_of_two_tokens", "fifo", _decode_of_two, "decode-chunk", "exactly 1 token"),
+        _rule("evict_a_request_holding_nothing", "fifo", _evict_idle, "evict", "evict"),
+        _rule("finished_request_runs_again", "fifo", _run_again, "finished", "finished"),
+        _rule("blocks_over_M", "fifo", lambda d: _set(d["meta"]["limits"], "block_size",
+                                                      d["meta"]["limits"]["M"] // 2 + 1), "M-blocks", "block"),
+        _rule("stage_starts_before_the_last_one_ends", "medha-3d", _stage_overlap, "stage-busy", "stage 1"),
+        _rule("decode_enters_before_its_last_batch_left", "medha-3d", _no_wait, "pipeline-order", "enters"),
+    ]
+
+
+CASES += _cases_replica_and_plan_rules()

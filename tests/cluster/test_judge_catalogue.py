@@ -32,8 +32,10 @@ def test_a_broken_document_is_refused_naming_its_rule_and_field(case):
 
 def test_the_catalogue_covers_every_rule_and_the_issues_kinds():
     rules = {c.rule for c in CASES}
-    assert {"format", "M", "unknown-request", "once", "arrival", "gang-price", "gang-busy", "q-ship", "resume",
-            "plan-time", "kvp-placement", "kvp-capacity", "kv-arrival", "P", "R_max"} <= rules
+    assert {"format", "M", "M-blocks", "unknown-request", "once", "arrival", "gang-price", "gang-busy", "q-ship",
+            "resume", "plan-time", "kvp-placement", "kvp-capacity", "stage-busy", "pipeline-order", "kv-arrival", "P",
+            "R_max", "prefill-chunk", "decode-chunk", "evict", "finished"} <= rules
+    # (tests/cluster/test_judge.py's catalogue has the rest: dispatch, gang-time, hold, colocate-cap, C)
     names = {c.name for c in CASES}
     assert {"hold_over_M_fifo", "hold_over_M_reservation", "hold_over_M_priority", "share_over_M_fifo",
             "unknown_policy", "members_as_strings", "members_as_floats", "request_id_as_string",
@@ -59,3 +61,15 @@ def test_a_schedule_built_in_python_is_checked_as_strictly():
                              gangs=({**s.gangs[0], "members": ["0", "1"]},) + s.gangs[1:], migrations=s.migrations)
     with pytest.raises(ClusterScheduleError, match=r"gangs\[0\]\.members\[0\]"):
         replay_cluster(broken, workload_of("fifo"))
+
+
+def test_replay_reports_a_field_it_cannot_read_as_a_format_violation(tmp_path, capsys):
+    from infermax.cli import main
+    doc = base_document("fifo")
+    doc["events"][0][0][1] = "0.0"
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    (tmp_path / "w.json").write_text(json.dumps(workload_of("fifo").to_dict()))
+    assert main(["replay", str(path), "--workload", str(tmp_path / "w.json"), "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)
+    assert out["valid"] is False and out["rule"] == "format" and "events[0][0][1] (time_s)" in out["error"]
