@@ -7,11 +7,11 @@ and ``replay`` accepts its schedule and recomputes its trace exactly.
 
 Cluster: every cluster policy on random clusters (2-4 replicas; tp = 1 with kvp = 2, spp = 2, a small
 ``util`` that makes long requests need gangs) and workloads of 1-6 requests — two-request instances, all
-requests on gangs — with random local schedulers and options. Each run is refused (a ValueError) or
-finishes, and the cluster judge accepts its schedule read back from JSON, with the engine's completion
-times.
+requests on gangs — with random local schedulers and options. Each run is refused (a ValueError when the
+engine is built: ``refused``; once it runs: ``refused-late``) or finishes, and the cluster judge accepts
+its schedule read back from JSON, with the engine's completion times.
 
-    nice -n 5 python benchmarks/finish_fuzz.py [--single 40] [--cluster 1500] [--seed 0]
+    nice -n 5 python benchmarks/finish_fuzz.py [--single 40] [--cluster 1500] [--seed 0] [--policies a,b]
 
 ``--single`` is per scheduler. Prints the counts (runs, refused, stuck, crashed, judge-rejected) and the
 first examples of each failure; exit status 1 if any run got stuck, crashed or was rejected by its judge.
@@ -28,7 +28,8 @@ import traceback
 import numpy as np
 
 from infermax import Limits, Request, Workload, replay, simulate
-from infermax.cluster import Cluster, ClusterSchedule, simulate_cluster
+from infermax.cluster import Cluster, ClusterSchedule
+from infermax.cluster.engine import ClusterEngine
 from infermax.cluster.judge import replay_cluster
 from infermax.cluster.policies import POLICIES, get_policy
 from infermax.costmodel import get_cost_model
@@ -111,7 +112,8 @@ def cluster_instance(rng: np.random.Generator, cluster: Cluster) -> Workload:
     t, reqs = 0.0, []
     for i in range(n):
         long = not plan and (all_gang or rng.random() < 0.3)
-        I = int(rng.integers(2000, 40000)) if long else int(np.exp(rng.uniform(0, np.log(3000))))
+        top = 3000 if rng.random() < 0.75 else 12000          # (long short prompts: a gang's share beside them)
+        I = int(rng.integers(2000, 40000)) if long else int(np.exp(rng.uniform(0, np.log(top))))
         t += float(rng.exponential(scale)) if scale else 0.0
         reqs.append(Request(id=i, input_len=I, output_len=int(rng.integers(1, 12)), arrival_s=t,
                             tag="long" if long else "short"))
@@ -120,11 +122,15 @@ def cluster_instance(rng: np.random.Generator, cluster: Cluster) -> Workload:
 
 def cluster_run(w: Workload, cluster: Cluster, policy: str, local, options: dict) -> str:
     try:
-        res = simulate_cluster(w, cluster, policy, local, **options)
-    except SchedulerStuckError:
-        return "stuck"
+        engine = ClusterEngine(w, cluster, policy, local, None, None, **options)
     except ValueError as exc:
         return "refused" if str(exc) else "refused-unnamed"
+    try:
+        res = engine.run()
+    except SchedulerStuckError:
+        return "stuck"
+    except ValueError:           # a refusal, but once the run had started (a replica built on first use)
+        return "refused-late"
     except Exception:            # noqa: BLE001
         return "crashed"
     try:
@@ -136,12 +142,13 @@ def cluster_run(w: Workload, cluster: Cluster, policy: str, local, options: dict
     return "ok" if same else "judge-disagrees"
 
 
-def fuzz_cluster(num: int, seed: int, out: collections.Counter, examples: dict, by_policy: collections.Counter) -> None:
+def fuzz_cluster(num: int, seed: int, out: collections.Counter, examples: dict, by_policy: collections.Counter,
+                 policies: tuple[str, ...] = CLUSTER_POLICIES) -> None:
     clusters = [Cluster.from_spec(s) for s in SPECS]
     for k in range(num):
         rng = np.random.default_rng([seed, 1 << 20, k])
         cluster = clusters[int(rng.integers(len(clusters)))]
-        policy = CLUSTER_POLICIES[k % len(CLUSTER_POLICIES)]
+        policy = policies[k % len(policies)]
         w = cluster_instance(rng, cluster)
         R = cluster.num_replicas
         options = {}
@@ -166,7 +173,11 @@ def main() -> int:
     ap.add_argument("--single", type=int, default=40, help="runs per registered scheduler (default 40)")
     ap.add_argument("--cluster", type=int, default=1500, help="cluster runs, the policies in turn (default 1500)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policies", default=",".join(CLUSTER_POLICIES), help="cluster policies (default: all)")
     args = ap.parse_args()
+    policies = tuple(p.strip() for p in args.policies.split(",") if p.strip())
+    for p in policies:
+        get_policy(p)
     examples: dict = {}
     t0 = time.process_time()
     single: collections.Counter = collections.Counter()
@@ -174,11 +185,11 @@ def main() -> int:
     t1 = time.process_time()
     cluster: collections.Counter = collections.Counter()
     by_policy: collections.Counter = collections.Counter()
-    fuzz_cluster(args.cluster, args.seed, cluster, examples, by_policy)
+    fuzz_cluster(args.cluster, args.seed, cluster, examples, by_policy, policies)
     t2 = time.process_time()
     print(f"single replica: {sum(single.values())} runs over {len(available())} schedulers, {t1 - t0:.0f} CPU s: "
           f"{dict(sorted(single.items()))}")
-    print(f"cluster: {sum(cluster.values())} runs over {len(CLUSTER_POLICIES)} policies, {t2 - t1:.0f} CPU s: "
+    print(f"cluster: {sum(cluster.values())} runs over {len(policies)} policies, {t2 - t1:.0f} CPU s: "
           f"{dict(sorted(cluster.items()))}")
     ran = collections.Counter(p for (p, v), c in by_policy.items() if v != "refused" for _ in range(c))
     print("cluster runs that ran, per policy:", dict(sorted(ran.items())))
