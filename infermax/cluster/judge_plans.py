@@ -43,6 +43,11 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
 
 
+def _rows(values: np.ndarray, n: int, width: int) -> np.ndarray:
+    """A recorded per-batch table as n rows (a replica that ran no batch: none, of ``width``)."""
+    return np.zeros((0, width), dtype=values.dtype) if n == 0 and values.size == 0 else values.reshape(n, -1)
+
+
 class PlanJudge:
     """One replica's plan, replayed (see the module docstring); the replayed state's cost model."""
 
@@ -86,8 +91,8 @@ class PlanJudge:
         try:
             entry = np.asarray(rec["entry_s"], dtype=np.float64)
             stage = np.asarray(rec["stage_s"], dtype=np.float64)
-            starts = np.asarray(rec["stage_start_s"], dtype=np.float64).reshape(self.n, -1)
-            group_kv = np.asarray(rec["group_kv"], dtype=np.int64).reshape(self.n, -1)
+            starts = _rows(np.asarray(rec["stage_start_s"], dtype=np.float64), self.n, self.p)
+            group_kv = _rows(np.asarray(rec["group_kv"], dtype=np.int64), self.n, self.k)
             cap, limit = int(rec["group_capacity"]), int(rec["group_tokens"])
             mode, pipeline = rec["onboarding"], rec["pipeline"]
         except (KeyError, TypeError, ValueError) as exc:
