@@ -331,11 +331,11 @@ def _replay_cluster(args: argparse.Namespace) -> int:
 
     if args.limits:
         raise ValueError("--limits does not apply to a cluster schedule: its meta holds the replicas' limits")
-    schedule = ClusterSchedule.from_json(Path(args.schedule))
-    workload = args.workload or schedule.meta.get("workload")
-    if not workload:
-        raise ValueError("the cluster schedule's meta names no workload; pass --workload")
     try:
+        schedule = ClusterSchedule.from_json(Path(args.schedule))     # (a field it cannot read: rule "format")
+        workload = args.workload or schedule.meta.get("workload")
+        if not workload:
+            raise ValueError("the cluster schedule's meta names no workload; pass --workload")
         out = replay_cluster(schedule, workload, args.cost)
     except ClusterScheduleError as exc:
         if args.json:

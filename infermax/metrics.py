@@ -47,16 +47,23 @@ def metrics(trace: Trace) -> dict[str, float]:
     out |= _stats("queueing", r["first_scheduled_s"] - arrival)
     refill = int(r["refill_tokens"].sum())
     out |= {"num_batches": trace.num_batches, "num_evictions": int(r["num_evictions"].sum()),
-            "refill_tokens": refill,
-            "batch_size_mean": float(b["num_requests"].mean()),
-            "running_size_mean": float(b["num_running"].mean()),
-            "kv_tokens_mean": float(b["kv_tokens"].mean()),
-            "kv_tokens_max": int(b["kv_tokens"].max()),
-            "kv_utilization_mean": float(b["kv_tokens"].mean() / trace.M),
+            "refill_tokens": refill, **_batch_means(b, trace.M),
             "busy_s": float(b["duration_s"].sum()),
             "num_suspensions": int(r["num_suspensions"].sum())}
     out |= slo_metrics(trace)
     return out
+
+
+def _batch_means(b: dict[str, np.ndarray], M: int) -> dict[str, float]:
+    """Batch size, running requests and KV per batch. Without batches (the cluster judge's replay of a run
+    whose every request ran on a gang: gang steps are no replica's batches) the means are NaN, the max 0."""
+    if not b["kv_tokens"].size:
+        nan = float("nan")
+        return {"batch_size_mean": nan, "running_size_mean": nan, "kv_tokens_mean": nan, "kv_tokens_max": 0,
+                "kv_utilization_mean": nan}
+    return {"batch_size_mean": float(b["num_requests"].mean()), "running_size_mean": float(b["num_running"].mean()),
+            "kv_tokens_mean": float(b["kv_tokens"].mean()), "kv_tokens_max": int(b["kv_tokens"].max()),
+            "kv_utilization_mean": float(b["kv_tokens"].mean() / M)}
 
 
 def slo_metrics(trace: Trace) -> dict[str, float]:

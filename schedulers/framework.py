@@ -457,9 +457,14 @@ class GetNextBatch(Scheduler):
             # hook 4: GotoNextGroupOrEvict
             if dx and b.pins is not None and self._pins.refuses(state, b, x):
                 if self._pins.pinned(state, np.array([x]))[0]:
-                    # x waits, and so does every pinned request needing as much (slack only shrinks)
-                    need = self._peak[rest] - state.m[rest]
-                    rest = rest[~(self._pins.pinned(state, rest) & (need >= self._peak[x] - state.m[x]))]
+                    # x waits, and so does every pinned request needing as much (slack only shrinks); in
+                    # blocks, counted in blocks, and only a step that takes a new block (another grows in place)
+                    need = self._blk(self._peak[rest]) - self._blk(state.m[rest])
+                    need_x = int(self._blk(self._peak[x]) - self._blk(state.m[x]))
+                    same = self._pins.pinned(state, rest) & (need >= need_x)
+                    if self._bs > 1:
+                        same &= self._decode_blocks(state.m[rest]) > 0
+                    rest = rest[~same]
                 else:   # preempted while its refill still fits in one batch
                     rest = self._evict(b, np.array([x]), int(self._blk(state.m[x])), rest)
                 continue

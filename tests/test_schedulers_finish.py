@@ -109,6 +109,54 @@ def test_schedulers_finish_or_refuse_in_blocks(name, inst, block):
     finishes_or_refuses(name, workload, limits.replace(M=-(-limits.M // block) * block, block_size=block))
 
 
+@st.composite
+def one_token_block_instances(draw):
+    """(workload, limits) where the vllm family once got stuck (issue 36 §4): C = P = 1 (sometimes 2), so that
+    every decode is pinned (its refill would not fit a batch) and a batch holds one request; KV in blocks of
+    2, 4 or 16 tokens, M two blocks (sometimes three). A first request that grows into a second block, then
+    1-3 with prompts of at most C tokens that fit one block, arriving 0-10 ms apart: the first decodes alone
+    until it needs its second block while a later one holds the other."""
+    block = draw(st.sampled_from([2, 4, 16]))
+    C = draw(st.sampled_from([1, 1, 1, 2]))
+    k = draw(st.integers(1, 3))
+    ins = draw(st.lists(st.integers(1, C), min_size=k + 1, max_size=k + 1))
+    outs = [draw(st.integers(block + 1, 2 * block - ins[0] + 1))]
+    outs += [draw(st.integers(1, block - i + 1)) for i in ins[1:]]
+    gaps = draw(st.lists(st.sampled_from([0.0, 0.001, 0.01]), min_size=k, max_size=k))
+    M = draw(st.sampled_from([2, 2, 2, 3])) * block
+    w = Workload.from_lengths(ins, outs, np.cumsum([0.0] + gaps).tolist(), name="one-token")
+    return w, Limits(M=M, C=C, P=C, block_size=block)
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-hy", "vllm-real", "sarathi-nocp", "vllm-ef", "sarathi-real"])
+@settings(max_examples=15, deadline=None)
+@given(inst=one_token_block_instances())
+def test_schedulers_finish_one_token_prompts_in_blocks_with_tiny_C(name, inst):
+    workload, limits = inst
+    if get_scheduler(name).block_size is not None:
+        limits = limits.replace(block_size=1)      # (the preset applies its own 16-token blocks)
+    finishes_or_refuses(name, workload, limits)
+
+
+# an instance of issue 36 §4 (seed 9 of a fuzz like its own): 'vllm' scheduled nothing at t = 39.12 s with 14
+# requests unfinished; two running requests were pinned (a refill of m + 1 > C = 1 tokens can never be
+# scheduled), the one whose next token needed a new block was refused, and the other was made to wait with it
+# although its tokens still fitted in the block it held
+ISSUE36_OUTS = [10, 17, 18, 8, 5, 13, 14, 15, 13, 14, 17, 17, 17, 16, 14, 17]
+ISSUE36_ARRIVALS = [0.659, 5.969, 6.221, 6.245, 19.692, 20.109, 24.51, 25.301, 25.874, 27.13, 29.6, 30.859, 32.085,
+                    34.457, 37.063, 39.12]
+
+
+@pytest.mark.parametrize("name", ["vllm", "vllm-hy", "vllm-real"])
+def test_the_issue_36_one_token_instance_finishes(name):
+    w = Workload.from_lengths([1] * 16, ISSUE36_OUTS, ISSUE36_ARRIVALS, name="issue36")
+    limits = Limits(M=32, C=1, P=1, block_size=1 if name == "vllm-real" else 16)
+    result = finishes_or_refuses(name, w, limits)
+    assert result is not None and result.metrics["num_requests"] == 16
+    two = Workload.from_lengths([1, 1], [18, 5], [0.0, 0.05], name="issue36-shrunk")      # the same, shrunk
+    assert finishes_or_refuses(name, two, limits) is not None
+
+
 # --- the instances of issue 18 §2 ------------------------------------------------------------
 # optima under the default model (tests/test_oracle.py ISSUE, re-measured with causal prefill work, issue 19)
 TOY = [([1, 1], [2, 2], Limits(M=2, C=1), 0.036039),   # vllm, vllm-hy were stuck

@@ -13,7 +13,8 @@ what a short request may land on:
   request is dispatched only when every short one was;
 - PecSched's placement of a short request (Fig. 6 steps 2-5): a replica no gang
   holds; else one colocated with a long decode; else one whose gang's prefill it
-  preempts (or, under /CoL, whose long decode it preempts).
+  preempts (or, under /CoL, whose long decode it preempts) — only if the request
+  fits beside what the gang holds there (else it waits for a replica no gang holds).
 
 Only a replica with no request waiting to start *accepts* work. A decision reads the
 local queues once, at its start (:mod:`~infermax.cluster.loads`), and its CPU time is
@@ -172,6 +173,8 @@ class Dispatcher:
             else:
                 long = is_long[i]
                 r = None if blocked[long] else loads.shortest(self._tiers_long if long else self._tiers_short)
+                if r is not None and not self._fits_beside_gang(i, r):
+                    r = loads.shortest(self._tiers_long[:1] if long else self._tiers_short[:1])   # (no gang's)
                 if r is None:
                     blocked[long] = True
                     if pol.queue == "reservation":
@@ -181,6 +184,19 @@ class Dispatcher:
                 loads.take(r, inp[i] + out[i])
             sent.append(i)
         return sent
+
+    def _fits_beside_gang(self, i: int, r: int) -> bool:
+        """Whether request i, sent to replica r, can finish there beside what r's gang holds (its KV share and,
+        suspended, the saved activations): the gang waits for its members' short work, so a short request
+        that could never be admitted beside it would wait for a gang that waits for it."""
+        g = self.gangs.of(r)
+        if g is None:
+            return True
+        lim, held = self.roles.limits, self.gangs.most_held(g)
+        peak = self._lens[0][i] + self._lens[1][i] - 1
+        if lim.block_size > 1:
+            return int(lim.kv_blocks(peak)) + int(lim.kv_blocks(held)) <= lim.num_blocks
+        return peak + held <= lim.M
 
     def _gang_for(self, k: int, i: int) -> tuple[int, ...] | None:
         """An elastic gang of at least k replicas that are free (and accepting, under exclusive policies) for

@@ -110,6 +110,8 @@ class ClusterEngine:
         self.replicas = Replicas(workload, self.limits, self.cost, scheduler, ~roles.on_gang, fast_forward,
                                  roles.decode_pool, self.loads.touch, self.plans,
                                  np.ones(len(workload), dtype=bool) if pol.scale_down else None)
+        gangs = bool(roles.on_gang.any())
+        self.replicas.check_local_scheduler(gangs, gangs and pol.colocate)
         self.migrations = Migrations(workload, cluster, self.replicas, self.loads)
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)

@@ -93,6 +93,10 @@ class GangRunner:
     def _members_idle(self, g: Gang) -> bool:
         return not any(self.replicas.has_work(r) for r in g.members)
 
+    def most_held(self, g: Gang) -> int:
+        """The most KV tokens each member holds for g: its share, plus the saved activations while suspended."""
+        return g.share_tokens + self._saved_tokens(g)
+
     def _saved_tokens(self, g: Gang) -> int:
         return math.ceil(g.saved_bytes / self.cluster.model.kv_bytes_per_token)
 

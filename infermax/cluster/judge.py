@@ -108,6 +108,7 @@ def replay_cluster(schedule: ClusterSchedule, workload: "Workload | str", cost: 
         raise ValueError(f"schedule must be a ClusterSchedule, got {type(schedule).__name__}")
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
+    schedule.check()            # every field's type (as the document's reader checks them)
     meta = schedule.meta
     try:
         cluster = Cluster.from_spec(meta["cluster"])
@@ -255,6 +256,10 @@ def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: 
         i = int((left or state.pending.tolist())[0])
         raise ClusterScheduleError("once", f"replica {r}: request {int(workload.ids[i])} never finishes there "
                                    f"({int(state.gen[i])} of {int(workload.output_lens[i])} tokens)")
+    stray = sorted(run.handed - run.dispatched)
+    if stray:
+        raise ClusterScheduleError("format", f"replica {r}: hand_off of request {int(workload.ids[stray[0]])}, "
+                                   f"which was never dispatched to it")
     for j in colocated:
         if j >= state.num_batches:
             raise ClusterScheduleError("format", f"replica {r}: colocated batch {j} does not exist")
@@ -275,9 +280,7 @@ def _apply_events(r: int, run: _Run, events: tuple, k: int, j: int, workload: Wo
                                        f"[before_batch, time_s, kind, request, ...]") from None
         where = f"replica {r}, event {k} ({kind} at {t!r} s before batch {j})"
         if kind == "hold":
-            if len(e) != 5 or int(e[4]) < 0:
-                raise ClusterScheduleError("format", f"{where}: a hold is [before_batch, time_s, 'hold', -1, tokens]")
-            state.external_kv = int(e[4])
+            _hold(state, int(e[4]), where)
             k += 1
             continue
         if rid not in pos:
@@ -301,6 +304,8 @@ def _apply_events(r: int, run: _Run, events: tuple, k: int, j: int, workload: Wo
                                            f"{where}: {exc}") from None
             (run.dispatched if kind == "dispatch" else run.received).add(i)
         elif kind == "hand_off":
+            if i in run.handed:
+                raise ClusterScheduleError("format", f"{where}: request {rid} is handed off twice")
             state.hand_off(i)
             run.handed.add(i)
         else:
@@ -309,6 +314,20 @@ def _apply_events(r: int, run: _Run, events: tuple, k: int, j: int, workload: Wo
     if k < len(events) and int(events[k][0]) < j:
         raise ClusterScheduleError("format", f"replica {r}: event {k} {list(events[k])} is out of order")
     return k
+
+
+def _hold(state: ServingState, tokens: int, where: str) -> None:
+    """Rule ``M`` (``M-blocks``) at every change of the KV a replica holds for gangs, not only at its batches:
+    a member of a gang under fifo, reservation or priority holds its share while running no batch at all."""
+    lim = state.limits
+    if tokens + state.kv_used > lim.M:
+        raise ClusterScheduleError("M", f"{where}: holds {tokens} KV tokens for gangs besides the {state.kv_used} "
+                                   f"its requests hold: {tokens + state.kv_used} > M = {lim.M}")
+    if lim.block_size > 1 and int(lim.kv_blocks(tokens)) + state.blocks_used > lim.num_blocks:
+        raise ClusterScheduleError("M-blocks", f"{where}: holds {int(lim.kv_blocks(tokens))} blocks for gangs "
+                                   f"besides the {state.blocks_used} its requests hold > M // block_size = "
+                                   f"{lim.num_blocks} (block_size = {lim.block_size})")
+    state.external_kv = tokens
 
 
 # --- migrations against the replayed replicas ----------------------------------------------------------

@@ -15,22 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from infermax.types import Workload
+from infermax.types import Limits, Workload
 
 from .csps import decode_phases, kv_gather_phases
 from .gang import DECODE, PREFILL, decode_comm_s, make_gang
 from .policies import get_policy
+from .schedule_doc import ClusterScheduleError
 from .spec import Cluster
 
 REL_TOL = 1e-9          # times recomputed along another path agree to this relative precision
-
-
-class ClusterScheduleError(ValueError):
-    """A cluster schedule broke ``rule``; the message names the replica, request, batch or gang step."""
-
-    def __init__(self, rule: str, message: str) -> None:
-        self.rule = rule
-        super().__init__(f"[{rule}] {message}")
 
 
 def at_least(x: float, need: float) -> bool:
@@ -71,13 +64,10 @@ class JudgedGang:
 
 # --- what the document says, checked on its own ---------------------------------------------------------
 def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster, meta: dict) -> JudgedGang:
-    try:
-        i = pos[int(g["request"])]
-        members = tuple(int(r) for r in g["members"])
-        steps = list(g["steps"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ClusterScheduleError("format", f"gang {gid}: {exc!r} (request, members and steps needed)") from None
-    rid = int(workload.ids[i])
+    rid = int(g["request"])           # (the document's reader checked every field's type)
+    if rid not in pos:
+        raise ClusterScheduleError("unknown-request", f"gangs[{gid}].request = {rid} is not in the workload")
+    i, members, steps = pos[rid], tuple(int(r) for r in g["members"]), list(g["steps"])
     where = f"gang {gid} (request {rid})"
     if not members or len(set(members)) != len(members) or min(members) < 0 or max(members) >= cluster.num_replicas:
         raise ClusterScheduleError("format", f"{where}: members {list(members)} must be distinct replicas of "
@@ -89,6 +79,7 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
     ref = _reference_gang(cluster, gid, i, members, I, O, meta)
     k = len(members)
     _check_price(where, g, ref, k, I + O - 1)
+    _check_share_fits(where, int(g["share_tokens"]), Limits(**meta["limits"]))
     _check_plan(where, g, ref)
     segments = [s for s in steps if s.get("phase") == PREFILL]
     decodes = [s for s in steps if s.get("phase") == DECODE]
@@ -117,32 +108,20 @@ def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster
 
 
 def _scales_down(meta: dict) -> bool:
-    """Whether the schedule's policy moves a gang's KV to a decode instance after its prefill (LoongServe)."""
-    try:
-        return get_policy(meta["policy"]).scale_down
-    except (KeyError, ValueError):
-        return False
+    """Whether the schedule's policy moves a gang's KV to a decode instance after its prefill (LoongServe).
+    (The document's reader refused a meta without a known policy.)"""
+    return get_policy(meta["policy"]).scale_down
 
 
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
-    """The gang as the cluster prices it: the policy's SP plan, else the cheapest of fast SP, ring and striped
-    ring."""
-    csps = _csps_of(meta)
-    try:
-        pol = get_policy(meta["policy"])
-        plans = [(pol.fast_sp, pol.striped)]
-    except (KeyError, ValueError):
-        plans = [(True, False), (False, False), (False, True)]
-    refs = [make_gang(cluster, gid, i, members, I, O, fast, csps, striped) for fast, striped in plans]
-    return min(refs, key=lambda x: x.prefill_s)
+    """The gang as the cluster prices it: the policy's SP plan on these members."""
+    pol = get_policy(meta["policy"])
+    return make_gang(cluster, gid, i, members, I, O, pol.fast_sp, pol.csps, pol.striped)
 
 
 def _csps_of(meta: dict) -> Any:
     """The CSPS variant of the schedule's policy (None for the others)."""
-    try:
-        return get_policy(meta["policy"]).csps
-    except (KeyError, ValueError):
-        return None
+    return get_policy(meta["policy"]).csps
 
 
 def _check_plan(where: str, g: dict, ref: Any) -> None:
@@ -179,6 +158,15 @@ def _check_price(where: str, g: dict, ref: Any, k: int, peak: int) -> None:
     if int(got["share_tokens"]) < math.ceil(peak / k):
         raise ClusterScheduleError("gang-price", f"{where}: share_tokens = {got['share_tokens']} cannot hold "
                                    f"ceil({peak} / {k}) KV tokens per member")
+
+
+def _check_share_fits(where: str, share: int, limits: Limits) -> None:
+    """Rule ``M``: a member holds the gang's KV share for the gang's whole life, so it fits one replica."""
+    if share > limits.M:
+        raise ClusterScheduleError("M", f"{where}: share_tokens = {share} > M = {limits.M}, a replica's KV capacity")
+    if limits.block_size > 1 and int(limits.kv_blocks(share)) > limits.num_blocks:
+        raise ClusterScheduleError("M-blocks", f"{where}: share_tokens = {share} take {int(limits.kv_blocks(share))} "
+                                   f"blocks > M // block_size = {limits.num_blocks}")
 
 
 def _check_segments(g: JudgedGang, where: str, units: int) -> None:

@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from infermax.costmodel.parallel import kvp_merge_s
+from infermax.costmodel.communication import comm_model
+from infermax.costmodel.parallel import ParallelCostModel, kvp_merge_s
 from infermax.state import DONE
 
 from .judge_gangs import ClusterScheduleError
@@ -40,6 +41,11 @@ REL_TOL = 1e-9
 
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-12)
+
+
+def _rows(values: np.ndarray, n: int, width: int) -> np.ndarray:
+    """A recorded per-batch table as n rows (a replica that ran no batch: none, of ``width``)."""
+    return np.zeros((0, width), dtype=values.dtype) if n == 0 and values.size == 0 else values.reshape(n, -1)
 
 
 class PlanJudge:
@@ -58,6 +64,8 @@ class PlanJudge:
         plan = dataclasses.replace(cluster.cost_plan, kvp=1)
         base = cluster.cost_model_name().partition("@")[0]
         self.cost = get_cost_model(base if plan.is_single_gpu else f"{base}@{plan.to_text()}")
+        # (one GPU per KVP group, tp = pp = 1: the replica's model prices no communication, the merge does)
+        self.comm = self.cost.comm if isinstance(self.cost, ParallelCostModel) else comm_model(cluster.gpu.name)
         self.name = f"plan:{cluster.cost_model_name()}"
         self.p, self.k = plan.pp, cluster.plan.kvp
         self._pending = 0.0
@@ -83,8 +91,8 @@ class PlanJudge:
         try:
             entry = np.asarray(rec["entry_s"], dtype=np.float64)
             stage = np.asarray(rec["stage_s"], dtype=np.float64)
-            starts = np.asarray(rec["stage_start_s"], dtype=np.float64).reshape(self.n, -1)
-            group_kv = np.asarray(rec["group_kv"], dtype=np.int64).reshape(self.n, -1)
+            starts = _rows(np.asarray(rec["stage_start_s"], dtype=np.float64), self.n, self.p)
+            group_kv = _rows(np.asarray(rec["group_kv"], dtype=np.int64), self.n, self.k)
             cap, limit = int(rec["group_capacity"]), int(rec["group_tokens"])
             mode, pipeline = rec["onboarding"], rec["pipeline"]
         except (KeyError, TypeError, ValueError) as exc:
@@ -239,9 +247,9 @@ class PlanJudge:
         whole = max(a + b * num_tokens for a, b in k.nonattn_lines) + k.request_s * num_requests + float(attn.max())
         if span > 1 and merge:
             par = dataclasses.replace(c.cost_plan, kvp=span)
-            whole += c.model.num_layers * kvp_merge_s(merge, par, c.model, c.gpu, self.cost.comm)
+            whole += c.model.num_layers * kvp_merge_s(merge, par, c.model, c.gpu, self.comm)
         if self.p == 1:
             return whole
-        hop = self.cost.comm.send_recv_s(num_tokens * c.model.hidden_size * c.model.dtype_bytes,
-                                         intra_node=self.cost.parallel.num_gpus <= c.gpu.gpus_per_node)
+        hop = self.comm.send_recv_s(num_tokens * c.model.hidden_size * c.model.dtype_bytes,
+                                    intra_node=self.cost.parallel.num_gpus <= c.gpu.gpus_per_node)
         return (whole - (self.p - 1) * hop) / self.p + hop

@@ -52,7 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from infermax.costmodel.parallel import kvp_merge_s
+from infermax.costmodel.communication import comm_model
+from infermax.costmodel.parallel import ParallelCostModel, kvp_merge_s
 from infermax.engine import ReplicaRunner, SchedulerStuckError
 from infermax.types import Batch
 
@@ -100,6 +101,8 @@ class StageTimer:
         plan = dataclasses.replace(cluster.cost_plan, kvp=1)
         base = cluster.cost_model_name().partition("@")[0]
         self.cost = get_cost_model(base if plan.is_single_gpu else f"{base}@{plan.to_text()}")
+        # (one GPU per KVP group, tp = pp = 1: the replica's model prices no communication, the merge does)
+        self.comm = self.cost.comm if isinstance(self.cost, ParallelCostModel) else comm_model(cluster.gpu.name)
         self.cluster, self.plan_kvp = cluster, cluster.cost_plan
         self.stages = plan.pp
         self.k = self.cost.coefficients
@@ -112,7 +115,7 @@ class StageTimer:
         """One stage-to-stage send of the batch's activations (0 without stages)."""
         if self.stages == 1:
             return 0.0
-        return float(self.cost.comm.send_recv_s(num_tokens * self._act_bytes, intra_node=self._intra))
+        return float(self.comm.send_recv_s(num_tokens * self._act_bytes, intra_node=self._intra))
 
     def merge_s(self, num_tokens: int, span: int) -> float:
         """All layers' KVP merge of ``num_tokens`` queries over ``span`` groups."""
@@ -122,7 +125,7 @@ class StageTimer:
         if key not in self._merge:
             c = self.cluster
             par = dataclasses.replace(self.plan_kvp, kvp=span)
-            self._merge[key] = c.model.num_layers * kvp_merge_s(num_tokens, par, c.model, c.gpu, self.cost.comm)
+            self._merge[key] = c.model.num_layers * kvp_merge_s(num_tokens, par, c.model, c.gpu, self.comm)
         return self._merge[key]
 
     def stage_s(self, num_tokens: int, num_requests: int, decode_kv: np.ndarray, prefill_work: np.ndarray,

@@ -10,8 +10,8 @@ never hold a request (the shortest-queue rule fills the lowest-indexed idle ones
 first), and each state and scheduler is sized to the whole workload. An untouched
 replica is indistinguishable from a built one that was never used (clock 0, no
 work), so building it late changes nothing — and the time it takes is the simulator's, not
-part of a dispatch decision's (``build_s``). Replica 0 is built at once, so a local
-scheduler that refuses the workload does so before the run; a scheduler given as an
+part of a dispatch decision's (``build_s``). Replica 0 and the first decode replica are built at
+once, so a local scheduler that refuses the workload does so before the run; a scheduler given as an
 instance (shared by every replica, as before) builds them all at once.
 
 Every call that changes a replica's work goes through :class:`Replicas`, which tells
@@ -64,8 +64,21 @@ class Replicas:
         self._seq = 0
         self.now_s = 0.0                            # the time of the event being processed
         self._fresh: dict | None = None             # an unused scheduler's description
-        for r in (range(R) if not isinstance(scheduler, str) else (0,)):
+        decode = np.flatnonzero(decode_pool)[:1].tolist()      # (its scheduler reads another serves mask)
+        for r in (range(R) if not isinstance(scheduler, str) else [0] + decode):
             self.runner(r)
+
+    def check_local_scheduler(self, gangs: bool, colocate: bool) -> None:
+        """Refuse, before the run, a local scheduler that cannot take its part in it: admit around the KV a gang
+        holds (``gangs``), cap its batches beside a long decode (``colocate``). Each setter is tried on replica
+        0 and set back (a scheduler that cannot raises, naming itself) — rather than when a gang first holds KV."""
+        sched, state = self.scheduler(0), self.state(0)
+        if gangs:
+            sched.set_kv_budget(state, 1)
+            sched.set_kv_budget(state, 0)
+        if colocate:
+            sched.set_token_budget(state, 1)
+            sched.set_token_budget(state, None)
 
     def __len__(self) -> int:
         return len(self._runners)

@@ -32,11 +32,16 @@ options.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infermax.costmodel.jsonfile import load_json
+from infermax.schedule import show_json
 from infermax.types import Schedule
+
+from .schedule_doc import ClusterScheduleError, check_array, check_object, check_parts
 
 FORMAT = "infermax.cluster-schedule/1"
 
@@ -83,25 +88,51 @@ class ClusterSchedule:
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "ClusterSchedule":
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise ValueError(f"not a cluster schedule: format must be {FORMAT!r}, got {got!r}")
-        for key in ("meta", "replicas", "events", "gangs", "migrations"):
-            if key not in doc:
-                raise ValueError(f"cluster schedule: missing field {key!r}")
-        if len(doc["events"]) != len(doc["replicas"]):
-            raise ValueError(f"cluster schedule: {len(doc['events'])} event lists for {len(doc['replicas'])} replicas")
-        return cls(meta=dict(doc["meta"]), replicas=tuple(Schedule.from_dict(s) for s in doc["replicas"]),
+        """Read the document as JSON gives it, as strictly as a single-replica schedule
+        (:mod:`~infermax.cluster.schedule_doc`): a :class:`ClusterScheduleError` of rule ``format``
+        naming the field and its value for anything it cannot read."""
+        if not isinstance(doc, Mapping) or doc.get("format") != FORMAT:
+            got = doc.get("format") if isinstance(doc, Mapping) else doc
+            raise ClusterScheduleError("format", f"not a cluster schedule: format must be {FORMAT!r}, "
+                                       f"got {show_json(got)}")
+        check_object(doc, "cluster schedule", _FIELDS[:-1], _FIELDS[-1:])
+        check_array(doc["replicas"], "replicas")
+        replicas = []
+        for r, s in enumerate(doc["replicas"]):
+            try:
+                replicas.append(Schedule.from_dict(s))
+            except ValueError as exc:
+                raise ClusterScheduleError("format", f"replicas[{r}]: {exc}") from None
+        plans = doc.get("plans", [])
+        check_parts(doc["meta"], len(replicas), doc["events"], doc["gangs"], doc["migrations"], plans)
+        return cls(meta=dict(doc["meta"]), replicas=tuple(replicas),
                    events=tuple(tuple(tuple(e) for e in ev) for ev in doc["events"]),
                    gangs=tuple(dict(g) for g in doc["gangs"]), migrations=tuple(dict(m) for m in doc["migrations"]),
-                   plans=tuple(dict(p) for p in doc.get("plans", ())))
+                   plans=tuple(dict(p) for p in plans))
 
     @classmethod
     def from_json(cls, text_or_path: "str | Path") -> "ClusterSchedule":
-        text = str(text_or_path)
-        if not text.lstrip().startswith("{"):
-            text = Path(text).read_text()
-        return cls.from_dict(json.loads(text))
+        """Read JSON text (a str starting with ``{``) or a file; errors from a file name it."""
+        doc, path = load_json(text_or_path, "cluster schedule")
+        try:
+            return cls.from_dict(doc)
+        except ClusterScheduleError as exc:
+            if path is None:
+                raise
+            raise ClusterScheduleError(exc.rule, f"cluster schedule file {path!r}: {str(exc)[len(exc.rule) + 3:]}"
+                                       ) from None
+
+    def check(self) -> None:
+        """Check every part's types (what :meth:`from_dict` checks of a document): the judge trusts nothing,
+        so a schedule built in Python is read as strictly as one from a file."""
+        check_array(self.replicas, "replicas")
+        for r, s in enumerate(self.replicas):
+            if not isinstance(s, Schedule):
+                raise ClusterScheduleError("format", f"replicas[{r}] must be a Schedule, got {type(s).__name__}")
+        check_parts(self.meta, len(self.replicas), self.events, self.gangs, self.migrations, self.plans)
+
+
+_FIELDS = ("format", "meta", "replicas", "events", "gangs", "migrations", "plans")
 
 
 def _plan_of(gang: Any) -> dict:
