@@ -21,5 +21,6 @@ The conductor's own modules, in the order a call uses them:
 from .api import OptimalResult, solve_optimal
 from .milp.build import Strengthening
 from .milp.policy import Policy
+from .result import InvalidBoundError
 
-__all__ = ["OptimalResult", "Policy", "Strengthening", "solve_optimal"]
+__all__ = ["InvalidBoundError", "OptimalResult", "Policy", "Strengthening", "solve_optimal"]

@@ -58,8 +58,8 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     latency/throughput: every batch is busy time before the last completion; completion (mean
     end-to-end): the busy time before the last completion is at most B × the mean plus the spread of
     arrivals; ttft, and any objective over one tag's requests: the same for the batches up to the
-    last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_events`). tpot has
-    no proof (J is then the warm start's length plus a margin, and the model's bound is not reported).
+    last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_events`). tpot, and
+    any objective under a cost model whose batches have no fixed cost (β = 0), have no proof (J is then the warm start's length plus a margin, and the model's bound is not reported).
     """
     base = len(ws.schedule) if ws is not None else 0
     unproven = max(base + max(2, base // 10), 1)
@@ -77,8 +77,8 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
         which = members(workload, tag)
         J = horizon_for_events(which.size * value + spread, workload, limits, cost, policy, which,
                                "first" if name == "ttft" else "done")
-        if J is None:
-            return unproven, False
+    if J is None:                  # no proof (a cost model without a per-batch time): the model's bound is not reported
+        return unproven, False
     # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
     cap = max_horizon or max(3 * base, base + 8, 2000 // max(1, len(workload)))
     return (J, True) if J <= cap else (cap, False)

@@ -29,6 +29,12 @@ from .warmstart import WarmStart
 log = logging.getLogger(__name__)
 
 REPLAY_RTOL = 1e-6
+#: a bound beyond the value it bounds by at most this (relative) is equal to it: rounding of the two sums
+GAP_RTOL = 1e-12
+
+
+class InvalidBoundError(RuntimeError):
+    """A certified bound beyond the value of a valid schedule (:func:`relative_gap`): a bug, never an answer."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -185,10 +191,24 @@ def is_better_bound(a: float | None, b: float | None, objective: str) -> bool:
 
 
 def relative_gap(value: float | None, bound: float | None, objective: str) -> float | None:
-    """How far ``value`` may be from the optimum, relative: throughput is maximised, the rest minimised."""
+    """How far ``value`` may be from the optimum, relative: throughput is maximised, the rest minimised.
+
+    Never clamped: a bound beyond the value of a schedule that exists by more than :data:`GAP_RTOL` is
+    wrong, and :class:`InvalidBoundError` says so (within it the two are equal: gap 0). A value of 0 (a
+    schedule that costs nothing) has gap 0 at a bound of 0 and an unknown (infinite) one below."""
     if value is None or bound is None:
         return None
-    return max(0.0, (bound - value) / bound if objective == "throughput" else (value - bound) / abs(value))
+    if value == bound:            # (also both infinite: the throughput of schedules that take no time)
+        return 0.0
+    sign = -1.0 if objective == "throughput" else 1.0       # as minimisation: value - bound >= 0
+    slack = sign * (value - bound)
+    if slack < -GAP_RTOL * max(abs(value), abs(bound)):
+        raise InvalidBoundError(f"the certified bound {bound!r} on {objective} is beyond the value {value!r} of a "
+                                f"valid schedule: a bug in infermax's bound or judge")
+    if slack <= 0.0:
+        return 0.0
+    scale = abs(bound) if objective == "throughput" else abs(value)
+    return slack / scale if 0.0 < scale < math.inf else math.inf
 
 
 def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:

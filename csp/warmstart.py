@@ -76,8 +76,9 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
     return best
 
 
-def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> int:
-    """Batches an optimal latency schedule can have: ⌊(UB - work lower bound) / β⌋ (valid, see module doc)."""
+def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> int | None:
+    """Batches an optimal latency schedule can have: ⌊(UB - work lower bound) / β⌋ (valid, see module doc);
+    None when the cost model gives batches no fixed cost (β = 0: no count is proven)."""
     k = linear_coefficients(cost, "the horizon proof")
     f0, segs = nonattention_segments(k.nonattn_lines, 1)
     slope = segs[0][1]
@@ -86,7 +87,7 @@ def horizon_for_latency(upper_s: float, workload: Workload, cost: CostModel) -> 
     Pk = I + workload.output_lens - 1
     work = slope * Pk.sum() + k.prefill_attn_s * float((I * (I + 1) / 2).sum())
     if beta <= 0:
-        raise ValueError("the cost model gives batches no fixed cost; pass horizon= explicitly")
+        return None
     return max(1, int(math.floor((upper_s - work) / beta * (1 + 1e-9))))
 
 

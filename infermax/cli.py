@@ -123,13 +123,15 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from .engine import resolve_inputs
     from .multirun import exit_status, left_out, run_each
     from .schedulers import get_scheduler, split_specs
+    from .types import Workload
 
     if args.cluster:
         return _simulate_cluster(args)
     if args.policy:
         raise ValueError(f"--policy {args.policy!r} needs --cluster (a global policy spreads requests over replicas)")
     spec = f"trace:{args.trace}" if args.trace else args.workload
-    workload, limits, cost = resolve_inputs(spec, args.limits, args.cost)
+    given = Workload.from_spec(spec)     # --out stores it on its own clock; the run is on its relative one
+    workload, limits, cost = resolve_inputs(given, args.limits, args.cost)
     workload.check_fits(limits)    # a request no scheduler can serve is bad input, not a refusal
     names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
     if not names:
@@ -150,7 +152,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             bar.close()
         if args.out:       # written as each finishes: a later refusal or Ctrl-C keeps it
             out = Path(args.out) / name if len(names) > 1 else Path(args.out)
-            write_run(out, result.schedule, workload, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
+            write_run(out, result.schedule, given, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
             (out / "metrics.json").write_text(dumps_json(result.metrics))
             result.batches_df.to_csv(out / "batches.csv")
             result.requests_df.to_csv(out / "requests.csv")

@@ -24,7 +24,9 @@ class Trace:
 
     Batch fields: start/duration (s); requests and tokens in the batch; prefill
     tokens; decode requests; ``kv_tokens`` held during the batch; ``num_running``
-    requests holding KV during the batch; evictions before it.
+    requests holding KV during the batch; evictions before it. Every time (the batches' starts, the
+    requests' arrivals, first tokens and completions) is in seconds since the workload's first arrival
+    (:mod:`infermax.clock`).
     """
 
     batches: dict[str, np.ndarray]

@@ -15,7 +15,8 @@ M // b — and running requests <= R_max (counted after
 the tokens are added, before completions free their KV), *price* it with
 ``cost.batch_time(c, m_before, m_before >= inp)``, *commit* (a token is generated when m
 reaches inp or in decode; at gen == O the KV is freed). A batch starts at
-max(clock, arrival of each of its requests). A policy class (``infermax.csp.Policy``) keeps
+max(clock, arrival of each of its requests) (the schedule it returns says so in ``not_before_s``,
+in seconds since the first arrival: a schedule's clock, ``infermax.clock``). A policy class (``infermax.csp.Policy``) keeps
 the moves without evictions, without decode and (re)fill requests together (hybrid), without
 a (re)fill chunk that does not finish its fill (chunked prefill), within its P and R_max.
 An eviction of a request outside the batch that the batch does not need is left to a later
@@ -363,14 +364,15 @@ class Oracle:
             for mv in moves:
                 lead_s = max(lead_s, mv.latest_arrival_s - elapsed)
                 elapsed += mv.duration_s
-        ids = self.workload.ids
+        ids, origin = self.workload.ids, min(self.T)
         batches, first_s, done_s, clock = [], np.full(len(ids), np.nan), np.full(len(ids), np.nan), 0.0
         for j, mv in enumerate(moves):
             start = max(clock, lead_s if j == 0 else 0.0)
             if not self.is_offline:
                 start = max(start, mv.latest_arrival_s)
+            # a schedule's times are seconds since the first arrival (infermax.clock), this search's the workload's
             batches.append(Batch(ids=ids[list(mv.idx)], tokens=np.array(mv.tokens, dtype=np.int64),
-                                 evict=ids[list(mv.evict)], not_before_s=start if start > clock else 0.0))
+                                 evict=ids[list(mv.evict)], not_before_s=start - origin if start > clock else 0.0))
             clock = start + mv.duration_s
             first_s[list(mv.first)] = clock
             done_s[list(mv.done)] = clock

@@ -76,7 +76,8 @@ def test_judge(rule, k, chunked):
     if rule == "arrival":
         starts = trace.batches["start_s"]
         for j, b in enumerate(case.schedule):
-            latest = float(case.workload.arrivals_s[case.workload.indices_of(b.ids)].max())
+            # (on the trace's clock: seconds since the first arrival, infermax.clock)
+            latest = float(trace.requests["arrival_s"][case.workload.indices_of(b.ids)].max())
             assert starts[j] >= latest, (f"[arrival] judge: batch {j} starts at {starts[j]!r} s, before its "
                                          f"request arriving at {latest!r} s")
         return

@@ -599,3 +599,44 @@ def test_scheduler_spec_with_several_options(spec, expected):
 
 def test_catalogue_sizes():
     assert len(BROKEN_SCHEDULES) >= 60 and len(BAD_INPUTS) >= 100
+
+
+# --- workloads on absolute clocks (issue 36 §1) --------------------------------------------------------
+CLOCK_SHIFTS_S = (1e6, 1.7e9, 1e12)
+
+
+def _clock_workload(tmp: Path, shift_s: float) -> str:
+    """A JSON workload of five requests whose arrivals (on a 2^-12 s grid: exact under the shift) start at
+    ``shift_s``: a user's trace in Unix time, say."""
+    reqs = [{"id": i, "input_len": 6 + 3 * i, "output_len": 1 + i % 3, "arrival_s": shift_s + i * 0.0078125}
+            for i in range(5)]
+    p = tmp / "clock.json"
+    p.write_text(json.dumps({"name": "clock", "requests": reqs}))
+    return str(p)
+
+
+def _without_walls(doc):
+    """``doc`` without the wall-clock times of the run (``wall_s`` and the like): what a clock cannot change."""
+    if isinstance(doc, dict):
+        return {k: _without_walls(v) for k, v in doc.items() if "wall" not in k}
+    return [_without_walls(v) for v in doc] if isinstance(doc, list) else doc
+
+
+@pytest.mark.parametrize("shift", CLOCK_SHIFTS_S)
+def test_a_workload_on_an_absolute_clock_prints_what_it_prints_at_zero(capsys, tmp_path, shift):
+    """simulate, bound (every objective: exit 0, never 3) and replay of the run's own schedule print the same
+    JSON, to the last digit, for the workload at t = 0 and at t = ``shift``."""
+    printed = {}
+    for at in (0.0, shift):
+        w, out = _clock_workload(tmp_path, at), tmp_path / "out"      # the same paths: the outputs name them
+        runs = [sim(w, "M=256,C=32", "sarathi", None, "--json", "--out", str(out)),
+                ["bound", "--workload", w, "--scheduler", "sarathi", "--limits", "M=256,C=32", "--objective", "all",
+                 "--no-optimum", "--json"],
+                ["replay", str(out / "schedule.json"), "--workload", w, "--limits", "M=256,C=32", "--json"]]
+        for argv in runs:
+            code = main(argv)
+            text = capsys.readouterr().out
+            assert code == 0, (argv, text)
+            printed[(at, argv[0])] = _without_walls(json.loads(text))
+    for command in ("simulate", "bound", "replay"):
+        assert printed[(shift, command)] == printed[(0.0, command)], command

@@ -33,7 +33,7 @@ from infermax.csp import Policy
 from infermax.csp.backends import BackendUnavailable, ModelTooLarge, available_backends
 from infermax.csp.milp.objectives import OBJECTIVES
 from infermax.csp.milp.trajectory import respects_policy
-from oracle import Oracle, OracleResult, Progress, _allowed
+from oracle import PERCENTILES, Oracle, OracleResult, Progress, _allowed
 from oracle import _value as oracle_value
 
 COST = get_cost_model(None)
@@ -336,12 +336,15 @@ def test_heuristics_are_no_better_than_the_optimum(stride):
 
 
 # --- the solver ------------------------------------------------------------------------------------
-def _check_solve(inst: Instance, objective: str, what: str, best: OracleResult | None, **kwargs) -> list[str]:
-    """Solve ``inst`` and compare with the oracle's ``best``; returns the failures."""
+def _check_solve(inst: Instance, objective: str, what: str, best: OracleResult | None,
+                 time_limit_s: float = SOLVE_TIME_LIMIT_S, seen: list | None = None, **kwargs) -> list[str]:
+    """Solve ``inst`` and compare with the oracle's ``best``; returns the failures (``seen`` gets the result)."""
     tag = f"{inst} [{what}]"
     try:
         r = infermax.solve_optimal(inst.workload, inst.limits, COST, objective=objective,
-                                   time_limit_s=SOLVE_TIME_LIMIT_S, threads=1, rel_gap=REL_OPT, **kwargs)
+                                   time_limit_s=time_limit_s, threads=1, rel_gap=REL_OPT, **kwargs)
+        if seen is not None:
+            seen.append(r)
     except BackendUnavailable:
         raise
     except ModelTooLarge:                  # a size-capped licence (gurobi's pip one): no answer, no wrong answer
@@ -444,3 +447,193 @@ def test_lower_bound_with_milp_does_not_cut_off_the_optimum():
             failures += [f"{inst}: {objective} {method} bound {value!r} vs optimum {best.value!r}"
                          for method, value in b.values.items() if _invalid_bound(value, best.value, objective)]
     _report(failures, "lower_bound values (with the MILP) that cut off the optimum")
+
+
+# --- shifted clocks (issue 36 §1; DESIGN.md invariant 7) -------------------------------------------
+#: the clocks a user's workload may start on: a process clock, a Unix timestamp, a nanosecond-ish counter
+SHIFTS_S = (1e6, 1.7e9, 1e12)
+#: arrivals on this grid stay exact floats under every shift (t + 1e12 has a unit in the last place of 2^-13 s)
+GRID_S = 2.0 ** -12
+#: the objectives the shifted instances are judged on: the solver's and the oracle's percentiles
+SHIFTED_OBJECTIVES = OBJECTIVES + PERCENTILES
+
+
+def on_grid(inst: Instance) -> Instance:
+    """``inst`` with its arrivals rounded to :data:`GRID_S` (``inst`` itself when offline)."""
+    w = inst.workload
+    if w.is_offline:
+        return inst
+    arrivals = (np.round(w.arrivals_s / GRID_S) * GRID_S).tolist()
+    return Instance(f"{inst.name}@grid", Workload.from_lengths(w.input_lens.tolist(), w.output_lens.tolist(),
+                                                               arrivals), inst.limits)
+
+
+def shifted(inst: Instance, shift_s: float) -> Instance:
+    """``inst`` (on the grid) with every arrival later by ``shift_s``: the same instance on another clock."""
+    w = inst.workload
+    arrivals = w.arrivals_s + shift_s
+    assert np.array_equal(arrivals - shift_s, w.arrivals_s), "a shift that rounds is another instance"
+    return Instance(f"{inst.name}+{shift_s:g}s", Workload.from_lengths(w.input_lens.tolist(), w.output_lens.tolist(),
+                                                                       arrivals.tolist()), inst.limits)
+
+
+GRID = {inst.name: on_grid(inst) for inst in INSTANCES}
+BY_NAME.update({g.name: g for g in GRID.values()})
+#: the default run's shifted instances: two online, one offline and the issue's online reproducer
+SHIFTED_SUBSET = [n for n in SOLVER_SUBSET if not BY_NAME[n].workload.is_offline][:2] + \
+    [next(n for n in SOLVER_SUBSET if BY_NAME[n].workload.is_offline), "issue-online"]
+
+
+def _metric_key(objective: str) -> str:
+    return METRIC.get(objective, f"{objective}_s")
+
+
+def _same_bits(a: float, b: float) -> bool:
+    return np.float64(a).tobytes() == np.float64(b).tobytes()
+
+
+@functools.cache
+def _check_on_grid(name: str, objective: str) -> "infermax.bounds.CheckResult":
+    """check_scheduler of the oracle's optimal schedule on the grid instance: the reference every clock matches."""
+    base = GRID[name]
+    best = optimum(base.name, objective)
+    return infermax.check_scheduler(None, base.workload, base.limits, COST, objective=objective,
+                                    schedule=best.schedule, optimum=False)
+
+
+def _shifted_bound_failures(name: str, objectives: tuple[str, ...]) -> tuple[list[str], int]:
+    """Every cheap bound method and the judge on ``name`` under every shift: the bounds below the oracle's
+    optimum (exactly), the oracle's schedule valid (exit 0) and every number the grid instance's, bit for bit.
+    Returns the failures and the number of bound comparisons."""
+    base, failures, compared = GRID[name], [], 0
+    for shift in SHIFTS_S:
+        moved = shifted(base, shift)
+        for objective in objectives:
+            if objective == "tpot" and not _has_tpot(base):
+                continue
+            best, ref = optimum(base.name, objective), _check_on_grid(name, objective)
+            try:
+                r = infermax.check_scheduler(None, moved.workload, moved.limits, COST, objective=objective,
+                                             schedule=best.schedule, optimum=False)
+            except Exception as exc:       # noqa: BLE001 - gathered with the rest
+                failures.append(f"{moved} [{objective}]: raised {type(exc).__name__}: {exc}")
+                continue
+            if r.exit_code != 0:
+                failures.append(f"{moved} [{objective}]: the oracle's schedule is judged {r.exit_code}: {r.error}")
+            if not _same_bits(r.value_s, ref.value_s):
+                failures.append(f"{moved} [{objective}]: replayed {r.value_s!r} != {ref.value_s!r} on the grid clock")
+            for method, value in r.bound_values.items():
+                compared += 1
+                if _invalid_bound(value, best.value, objective):
+                    failures.append(f"{moved} [{objective}]: {method} bound {value!r} > optimum {best.value!r}")
+                if not _same_bits(value, ref.bound_values.get(method, math.nan)):
+                    failures.append(f"{moved} [{objective}]: {method} bound {value!r} != "
+                                    f"{ref.bound_values.get(method)!r} on the grid clock")
+    return failures, compared
+
+
+def _shifted_heuristic_failures(name: str, schedulers) -> list[str]:
+    """Each scheduler's metrics on every shifted clock equal its metrics on the grid instance, bit for bit."""
+    base, failures = GRID[name], []
+    for sched in schedulers:
+        try:
+            ref = simulate(base.workload, sched, base.limits, COST).metrics
+        except (SchedulerStuckError, ValueError):     # refused or stuck on the instance: judged elsewhere
+            continue
+        for shift in SHIFTS_S:
+            moved = shifted(base, shift)
+            got = simulate(moved.workload, sched, moved.limits, COST).metrics
+            differ = [k for k in ref if not _same_bits(got[k], ref[k])]
+            if differ:
+                failures.append(f"{moved}: {sched} metrics {differ} differ from the grid clock's")
+    return failures
+
+
+def test_shifted_clocks_keep_bounds_valid_and_every_number_the_same():
+    """Issue 36 §1 in the default run: the subset's instances on three clocks, every objective."""
+    failures, compared = [], 0
+    for name in SHIFTED_SUBSET[1:]:
+        found, n = _shifted_bound_failures(name, SHIFTED_OBJECTIVES if name == "issue-online" else OBJECTIVES)
+        failures, compared = failures + found, compared + n
+        failures += _shifted_heuristic_failures(name, ("vllm", "sarathi", "vllm-ef"))
+    assert compared >= 100
+    _report(failures, "results that change with the clock or cut off the optimum on a shifted clock")
+
+
+@pytest.mark.slow
+def test_shifted_clocks_everywhere():
+    """Every instance on every shifted clock, every objective (the percentiles on every other instance),
+    every scheduler on every sixth instance."""
+    failures, compared, instances = [], 0, 0
+    for k, inst in enumerate(INSTANCES):
+        found, n = _shifted_bound_failures(inst.name, SHIFTED_OBJECTIVES if k % 2 == 0 else OBJECTIVES)
+        failures, compared, instances = failures + found, compared + n, instances + len(SHIFTS_S)
+        if k % 6 == 0:
+            failures += _shifted_heuristic_failures(inst.name, SCHEDULERS)
+    print(f"shifted clocks: {instances} instances, {compared} bound comparisons, {len(failures)} failures")
+    _report(failures, "results that change with the clock or cut off the optimum on a shifted clock")
+
+
+def _shifted_solve_failures(name: str, objective: str, bitwise: bool, **kwargs) -> list[str]:
+    """solve_optimal on the grid instance and every shifted clock: consistent with the oracle
+    (:func:`_check_solve`) and, with ``bitwise``, the grid instance's status, objective and bound to the
+    last bit (a generous time limit: a solve cut short by a busy machine is another solve)."""
+    base = GRID[name]
+    if objective == "tpot" and not _has_tpot(base):
+        return []
+    best, what, limit = optimum(base.name, objective), f"{objective}, {kwargs or 'default'}", \
+        30.0 if bitwise else SOLVE_TIME_LIMIT_S
+    seen: list = []
+    failures = _check_solve(base, objective, what, best, limit, seen, **kwargs) if bitwise else []
+    for shift in SHIFTS_S:
+        moved = shifted(base, shift)
+        failures += _check_solve(moved, objective, what, best, limit, seen, **kwargs)
+        if bitwise and len(seen) >= 2:
+            got, want = (seen[-1].status, seen[-1].objective, seen[-1].bound), \
+                (seen[0].status, seen[0].objective, seen[0].bound)
+            if got != want:
+                failures.append(f"{moved} [{what}]: (status, objective, bound) {got} != {want} on the grid clock")
+    return failures
+
+
+@pytest.mark.solver
+@pytest.mark.parametrize("backend", available_backends())
+def test_every_backend_accepts_shifted_clocks(backend):
+    """Each backend on an online instance, per-request MILP, on three clocks: no unusable domain, the optimum,
+    and the grid clock's numbers to the last bit."""
+    try:
+        failures = _shifted_solve_failures(SHIFTED_SUBSET[0], "latency", True, backend=backend, method="per-request")
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    _report(failures, f"{backend} results that change with the clock")
+
+
+@pytest.mark.solver
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_solve_optimal_on_shifted_clocks(objective):
+    _report(_shifted_solve_failures(SHIFTED_SUBSET[0], objective, True),
+            f"solve_optimal({objective!r}) results that change with the clock")
+
+
+@pytest.mark.slow
+@pytest.mark.solver
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_solve_optimal_on_shifted_clocks_everywhere(objective):
+    """Every tenth instance on three clocks against the oracle (and the default backend)."""
+    failures = []
+    for inst in INSTANCES[::10]:
+        failures += _shifted_solve_failures(inst.name, objective, False)
+    _report(failures, f"solve_optimal({objective!r}) results on shifted clocks inconsistent with the oracle")
+
+
+@pytest.mark.slow
+@pytest.mark.solver
+@pytest.mark.parametrize("backend", available_backends())
+def test_every_backend_on_shifted_clocks_everywhere(backend):
+    failures = []
+    for inst in INSTANCES[::20]:
+        try:
+            failures += _shifted_solve_failures(inst.name, "latency", False, backend=backend, method="per-request")
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+    _report(failures, f"{backend} results on shifted clocks inconsistent with the oracle")

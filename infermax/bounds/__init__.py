@@ -99,7 +99,7 @@ def cheap_methods(objective: str) -> tuple[str, ...]:
 class Bound:
     """``value`` no valid schedule can beat (seconds; tokens/s for throughput, where it is an upper
     bound); ``method`` that gave it; the certificate of that method; ``values`` of every method tried;
-    ``wall_s`` each took."""
+    ``wall_s`` each took; ``skipped``: each method asked for (or applicable) that gave no value, and why."""
 
     value: float
     method: str
@@ -107,6 +107,7 @@ class Bound:
     certificate: dict[str, Any] = field(default_factory=dict)
     values: dict[str, float] = field(default_factory=dict)
     wall_s: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: str = "latency",
@@ -166,6 +167,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
     }
     for name in methods:
         if name == "milp" and len(workload) > milp_max_requests:
+            skipped[name] = f"{len(workload)} requests > milp_max_requests = {milp_max_requests}"
             continue
         if progress is not None:
             progress(name)
@@ -174,11 +176,11 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
             value, cert = runners[name]()
         except ImportError as exc:  # an optional solver is missing: say so, use the other methods
             log.warning("bound method %s skipped: %s", name, exc)
+            skipped[name] = f"an optional solver is missing: {exc}"
             continue
         walls[name] = time.perf_counter() - t0
         if value is None:
-            if cert.get("not_applicable"):
-                skipped[name] = cert["not_applicable"]
+            skipped[name] = cert.get("not_applicable") or "no bound found"
             continue
         values[name], certs[name] = value, cert
     if not values:
@@ -190,7 +192,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
         tokens = float(workload.output_lens.sum())
         values = {k: tokens / v if v > 0 else math.inf for k, v in values.items()}
     return Bound(value=values[best], method=best, objective=objective, certificate=certs[best], values=values,
-                 wall_s=walls)
+                 wall_s=walls, skipped=skipped)
 
 
 def _requests_bound(co, workload, limits, obj: Objective) -> tuple[float, dict]:
@@ -238,9 +240,15 @@ def _safe(result: tuple[float, dict]) -> tuple[float, dict]:
 def _milp_bound(workload, limits, cost, objective: str, time_limit_s: float) -> tuple[float | None, dict]:
     from infermax.csp import solve_optimal
 
-    res = solve_optimal(workload, limits=limits, cost=cost, objective=objective, time_limit_s=time_limit_s)
+    try:
+        res = solve_optimal(workload, limits=limits, cost=cost, objective=objective, time_limit_s=time_limit_s)
+    except ValueError as exc:       # the inputs are checked already: the solver refuses this instance
+        return None, {"not_applicable": f"solve_optimal refuses it: {exc}"}
     cert = {"status": res.status, "objective": res.objective, "backend": res.backend, "gap": res.gap}
-    return (None if res.bound is None else float(res.bound)), cert
+    if res.bound is None:
+        return None, {**cert, "not_applicable": f"no certified bound (status {res.status}, horizon "
+                                                f"{'proven' if res.horizon_proven else 'not proven'})"}
+    return float(res.bound), cert
 
 
 def _search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | None, dict]:

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from infermax.clock import on_relative_clock
 from infermax.costmodel import get_cost_model, linear_coefficients
 
 from .objectives import members, parse_objective, subset, trace_value
@@ -99,6 +100,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
 
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
+    workload = on_relative_clock(workload)
     cluster = Cluster.from_spec(cluster)
     obj = parse_objective(objective)
     if obj.metric not in _METRICS:

@@ -12,6 +12,7 @@ A name is ``metric[:tag]``:
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -90,7 +91,9 @@ def value_of(objective: Objective, arrival_s: np.ndarray, first_s: np.ndarray, d
     """The objective's value from per-request times, with the formulas of ``infermax.metrics``."""
     if objective.metric in WHOLE:
         latency = float(done_s.max() - arrival_s.min())
-        return latency if objective.metric == "latency" else float(output_len.sum()) / latency
+        if objective.metric == "latency":
+            return latency
+        return float(output_len.sum()) / latency if latency > 0 else math.inf      # as infermax.metrics's tps
     sel = np.ones(arrival_s.size, dtype=bool) if objective.tag is None else \
         np.array([t == objective.tag for t in tags], dtype=bool)
     if not sel.any():

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from infermax.clock import on_relative_clock
 from infermax.engine import SchedulerStuckError
 from infermax.types import Limits, Workload
 
@@ -79,6 +80,7 @@ class ClusterEngine:
                  kvp_group_tokens: int | None = None, reserved_replicas: int | None = None) -> None:
         from infermax.costmodel import get_cost_model
 
+        workload = on_relative_clock(workload)     # every time of the run is on it (infermax.clock)
         self.pol = pol = get_policy(policy)
         if scheduler is None:                      # the policy's own replica scheduler (medha-*), else vLLM
             scheduler = pol.local or "vllm"
@@ -137,7 +139,9 @@ class ClusterEngine:
     def run(self, progress: Callable[[int, int], None] | None = None,
             until_s: float = math.inf) -> "ClusterResult | WindowResult":
         """Run to the end, or (``until_s`` finite) stop at that time: then a
-        :class:`~infermax.cluster.window.WindowResult` (the measurement window of a capacity sweep)."""
+        :class:`~infermax.cluster.window.WindowResult` (the measurement window of a capacity sweep).
+        ``until_s`` and every time of the result are seconds since the workload's first arrival
+        (:mod:`infermax.clock`)."""
         w, reps, disp = self.workload, self.replicas, self.dispatcher
         order = np.argsort(w.arrivals_s, kind="stable")
         arrivals = w.arrivals_s[order].tolist()

@@ -53,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from infermax.clock import on_relative_clock
 from infermax.metrics import metrics as compute_metrics
 from infermax.state import DONE, ScheduleError, ServingState
 from infermax.trace import Trace, TraceRecorder
@@ -103,12 +104,14 @@ class _Run:
 
 def replay_cluster(schedule: ClusterSchedule, workload: "Workload | str", cost: Any = None) -> ClusterReplay:
     """Check ``schedule`` on ``workload`` rule by rule (raises :class:`ClusterScheduleError`) and return the
-    recomputed per-request records."""
+    recomputed per-request records. Times, the schedule's and the records', are seconds since the workload's
+    first arrival (:mod:`infermax.clock`)."""
     if not isinstance(schedule, ClusterSchedule):
         raise ValueError(f"schedule must be a ClusterSchedule, got {type(schedule).__name__}")
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
     schedule.check()            # every field's type (as the document's reader checks them)
+    workload = on_relative_clock(workload)       # the schedule's times are on it (infermax.clock)
     meta = schedule.meta
     try:
         cluster = Cluster.from_spec(meta["cluster"])
