@@ -13,7 +13,9 @@ result, and is left out.
 Cases: ``sim`` (the single-replica simulator, whose replica runner the cluster shares: a few
 workloads and schedulers, with and without fast-forward), ``tests`` (the runs of tests/cluster), ``nb08`` (notebook 08's SMALL mode: capacity, eight
 policies, the 8- and 16-GPU scalability runs), ``scale`` (benchmarks/cluster_bench.py ``--scale 256,1024``),
-``bench`` (benchmarks/cluster_bench.py's defaults: the hour on 32 GPUs, FIFO and PecSched).
+``bench`` (benchmarks/cluster_bench.py's defaults: the hour on 32 GPUs, FIFO and PecSched), ``registry``
+(every registered scheduler on four small single-replica cases and every registered cluster policy on a
+small cluster: a refusal is digested as its exception type and message, so it must stay the same too).
 """
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ import numpy as np
 
 from infermax import Limits, Workload, simulate
 from infermax.cluster import Cluster, at_load, capacity_rps, simulate_cluster
+from infermax.cluster.policies import POLICIES as CLUSTER_POLICIES
+from infermax.schedulers import available
 
 TIMED = ("scheduling_decision_p99_s", "decision_share_p99_short", "decision_share_p99_long")
 POLICIES = ("fifo", "reservation", "priority", "pecsched", "pecsched-pe", "pecsched-dis", "pecsched-col",
@@ -147,7 +151,34 @@ def _bench() -> Iterator[tuple[str, Callable[[], Any]]]:
         yield f"bench/{p}", lambda p=p: simulate_cluster(w, c, p, "sarathi")
 
 
-CASES = {"sim": _sim, "tests": _tests, "nb08": _nb08, "scale": _scale, "bench": _bench}
+class _Refusal:
+    """A run that may refuse: digested as its result, or as the refusal's type and message."""
+
+    def __init__(self, run: Callable[[], Any], digester: Callable[[Any], dict[str, str]]) -> None:
+        self.run, self.digester = run, digester
+
+    def __call__(self) -> dict[str, str]:
+        try:
+            out = self.run()
+        except (ValueError, RuntimeError) as e:
+            return {"refused": _sha(f"{type(e).__name__}: {e}".encode())}
+        return self.digester(out)
+
+
+def _registry() -> Iterator[tuple[str, Callable[[], Any]]]:
+    for spec, lim in [("fixed:I=300,O=60,B=80", "M=6000,C=1024"),
+                      ("fixed:I=200,O=50,B=120,rate=20,seed=3", "M=8000,C=512"),
+                      ("mix:LILO+SISO,B=64,seed=1", "M=12000,C=2048,block=16"),
+                      ("trace:splitwise_conv,n=150", "M=60000,C=8192")]:
+        for name in available():
+            yield f"registry/{spec}/{name}", _Refusal(lambda s=spec, n=name, l=lim: simulate(s, n, l), sim_digest)
+    eight = Cluster.from_spec("a100:nodes=2,gpus_per_node=4,model=mistral-7b-v0.3")
+    w = Workload.from_spec("pecsched:splitwise_conv,n=80,hi=300000")
+    for p in CLUSTER_POLICIES:
+        yield f"registry/cluster/{p}", _Refusal(lambda p=p: simulate_cluster(w, eight, p, "sarathi"), digest)
+
+
+CASES = {"sim": _sim, "tests": _tests, "nb08": _nb08, "scale": _scale, "bench": _bench, "registry": _registry}
 
 
 def main() -> None:
@@ -163,7 +194,7 @@ def main() -> None:
         for name, run in CASES[group.strip()]():
             t0 = time.process_time()
             out = run()
-            new[name] = out if isinstance(run, _Sim) else digest(out)
+            new[name] = out if isinstance(run, (_Sim, _Refusal)) else digest(out)
             cpu = time.process_time() - t0
             if name in old:
                 diff = [k for k in sorted(set(old[name]) | set(new[name])) if old[name].get(k) != new[name].get(k)]
