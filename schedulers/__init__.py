@@ -9,7 +9,7 @@ from infermax.ordering import RequestView, register_rank_key, register_victim
 from infermax.policy import Policy
 
 from . import boundguided, medha, pecsched, rank, sarathi, vllm  # noqa: F401  (registration side effects)
-from . import fastertransformer, lightllm, orca  # noqa: F401  (Vidur's replica schedulers)
+from . import fastertransformer, lightllm, mnemosyne, orca  # noqa: F401  (Vidur's replica schedulers)
 from .base import Plan, Scheduler
 from .framework import GetNextBatch, register_family
 from .registry import available, describe_all, get_scheduler, register_scheduler, split_specs
