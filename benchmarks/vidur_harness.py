@@ -34,6 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 DATA = "/work/shared/data/vidur"
 MODEL, GPU, MODEL_DIR, NODE = "meta-llama/Llama-3-8B", "a100", "Meta-Llama-3-8B", "a100_dgx"
 _SNAPSHOT = "0" * 40
+MAX_CHUNK = 4096               # Vidur's prediction_max_prefill_chunk_size
 
 
 def vidur_available() -> bool:
@@ -138,7 +139,10 @@ class VidurCost(CostModel):
     """Vidur's predicted batch time (``total_time``, seconds) as an infermax cost model.
 
     Vidur's batch lists every request's query tokens and its processed tokens: a prefill chunk's KV
-    before it (infermax's ``m``), a decode's KV *including* the token it writes (``m + 1``)."""
+    before it (infermax's ``m``), a decode's KV *including* the token it writes (``m + 1``). Vidur
+    predicts chunks of at most 4096 tokens (``prediction_max_prefill_chunk_size``); a longer one
+    (infermax's ``medha`` prices a whole remaining prompt for its slack) is priced as that many
+    consecutive 4096-token pieces of the request in the same batch."""
 
     name = "vidur-lr"
 
@@ -147,8 +151,18 @@ class VidurCost(CostModel):
         self._predictor, self._Batch = predictor, Batch
 
     def batch_time(self, tokens: np.ndarray, kv_before: np.ndarray, is_decode: np.ndarray) -> float:
-        q = [int(t) for t in tokens]
-        kv = [int(m) + int(d) for m, d in zip(kv_before, is_decode)]
+        q, kv = [], []
+        for c, m, d in zip(tokens.tolist(), kv_before.tolist(), is_decode.tolist()):
+            if d:
+                q.append(1)
+                kv.append(m + 1)
+                continue
+            while c > MAX_CHUNK:        # past Vidur's profiled chunks: consecutive pieces of one request
+                q.append(MAX_CHUNK)
+                kv.append(m)
+                c, m = c - MAX_CHUNK, m + MAX_CHUNK
+            q.append(c)
+            kv.append(m)
         batch = self._Batch(0, [None] * len(q), q, kv)
         return float(self._predictor.get_execution_time(batch, 0).total_time)
 
@@ -188,7 +202,9 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
     config = vc.SimulationConfig(
         cluster_config=vc.ClusterConfig(num_replicas=1, replica_config=replica, cache_config=cache,
                                         replica_scheduler_config=sched_config),
-        request_generator_config=vc.SyntheticRequestGeneratorConfig(num_requests=1, max_tokens=setup.max_tokens),
+        request_generator_config=vc.SyntheticRequestGeneratorConfig(    # (its max_tokens is the length generator's)
+            num_requests=1, length_generator_config=vc.FixedRequestLengthGeneratorConfig(
+                prefill_tokens=16, decode_tokens=16, max_tokens=setup.max_tokens)),
         execution_time_predictor_config=pred_config,
         metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, output_dir=out))
     shipped_get = ExecutionTimePredictorRegistry.get
@@ -210,7 +226,8 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
         batch, stage, execution_time = shipped_on_schedule(self)
         if batch is not None:
             batches.append((np.array([index[id(r)] for r in batch.requests], dtype=np.int64),
-                            np.array(batch.num_q_tokens, dtype=np.int64)))
+                            np.array([batch.get_num_q_tokens_for_request(r.id) for r in batch.requests],
+                                     dtype=np.int64)))
             durations.append(float(stage.execution_time))
         return batch, stage, execution_time
 
