@@ -32,6 +32,7 @@ from vidur_harness import VidurCost, VidurSetup, run_vidur, shared_predictor, vi
 from infermax import Limits, Workload, simulate  # noqa: E402
 from infermax.workloads_long import medha_mix  # noqa: E402
 
+MEDHA_CHUNK_TOKENS = 4096      # medha's prefill tokens per batch (§3.3; Vidur's predictor stops at 4096-token chunks)
 # name -> (B, long share, long prompt range, arrival rate per s, seed)
 MIXES = {
     "t": (30, 0.1, (8_000, 16_000), 2.0, 5),     # a tiny one, to try the harness
@@ -93,7 +94,8 @@ def side_by_side(name: str, order: str, setup: VidurSetup, cost: VidurCost) -> d
     t_vidur = time.perf_counter() - t0
     t0 = time.perf_counter()
     ours = simulate(w, f"mnemosyne-{order}:target_batch_s={setup.target_batch_time_s}", lim, cost)
-    medha = simulate(w, f"medha:target_batch_s={setup.target_batch_time_s},R_max={setup.batch_size_cap}", lim, cost)
+    medha = simulate(w, f"medha:target_batch_s={setup.target_batch_time_s},R_max={setup.batch_size_cap}",
+                     lim.replace(P=MEDHA_CHUNK_TOKENS), cost)
     t_ours = time.perf_counter() - t0
     req = ours.trace.requests
     same = identical_prefix(v.batches, _Batches(ours.schedule, w))

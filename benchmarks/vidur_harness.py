@@ -206,7 +206,8 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
             num_requests=1, length_generator_config=vc.FixedRequestLengthGeneratorConfig(
                 prefill_tokens=16, decode_tokens=16, max_tokens=setup.max_tokens)),
         execution_time_predictor_config=pred_config,
-        metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, output_dir=out))
+        metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, enable_chrome_trace=False,
+                                        output_dir=out))
     shipped_get = ExecutionTimePredictorRegistry.get
     ExecutionTimePredictorRegistry.get = classmethod(lambda cls, *a, **k: predictor)
     try:
