@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ MIXES = {
     "a": (200, 0.05, (131_000, 131_072), 1.0, 0),   # the mix: ~10 prompts of 128K
     "b": (200, 0.10, (32_000, 64_000), 2.0, 1),
     "c": (200, 0.05, (64_000, 128_000), 0.5, 2),
+    "d": (60, 0.5, (96_000, 128_000), 2.0, 3),      # half of them long: the KV cache runs out (evictions)
 }
 
 
@@ -128,6 +130,7 @@ def main() -> None:
     ap.add_argument("--orders", default="lrs,fcfs,edf")
     ap.add_argument("--mixes", default="a,b,c")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "infermax-vidur"))
+    ap.add_argument("--json-out", help="write the rows here (JSON) after each one")
     args = ap.parse_args()
     if not vidur_available():
         print("vidur is not installed (pip install vidur==0.0.26): skipping the side by side")
@@ -139,6 +142,8 @@ def main() -> None:
         for order in args.orders.split(","):
             rows.append(side_by_side(name, order, setup, cost))
             r = rows[-1]
+            if args.json_out:
+                Path(args.json_out).write_text(json.dumps(rows, indent=1))
             print(f"# mix {name} {order}: {r['identical_pct']:.1f} % identical, vidur {r['wall_vidur_s']:.0f} s, "
                   f"infermax {r['wall_ours_s']:.0f} s", flush=True)
     _print(rows)
