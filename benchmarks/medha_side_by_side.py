@@ -11,6 +11,11 @@ TPOT of the short and the long requests on each side (TPOT = (completion - first
 requests with O > 1).
 
     python benchmarks/medha_side_by_side.py [--orders lrs,fcfs,edf] [--mixes a,b,c] [--cache DIR]
+        [--num-blocks 24960] [--ordered-batches] [--json-out FILE]
+
+Mix ``e`` (decode-heavy, with ``--num-blocks 12000``) evicts; there Vidur's batch keeps its requests in
+a ``set``, so the decode it evicts depends on object addresses, and the two part at the first
+eviction unless ``--ordered-batches`` keeps Vidur's batches in join order.
 
 Skips with a message when vidur is not installed. The first run trains Vidur's predictor
 (minutes) into the cache folder; later runs load it.
@@ -40,11 +45,14 @@ MIXES = {
     "a": (200, 0.05, (131_000, 131_072), 1.0, 0),   # the mix: ~10 prompts of 128K
     "b": (200, 0.10, (32_000, 64_000), 2.0, 1),
     "c": (200, 0.05, (64_000, 128_000), 0.5, 2),
-    "d": (60, 0.5, (96_000, 128_000), 2.0, 3),      # half of them long: the KV cache runs out (evictions)
+    "d": (60, 0.5, (96_000, 128_000), 2.0, 3),      # half of them long
+    "e": "fixed:I=2048,O=3000,B=120,rate=4,seed=1",  # decode-heavy: the KV cache runs out (evictions)
 }
 
 
 def mix(name: str) -> Workload:
+    if isinstance(MIXES[name], str):
+        return Workload.from_spec(MIXES[name])
     B, frac, (lo, hi), rate, seed = MIXES[name]
     w = medha_mix(B, long_frac=frac, lo=lo, hi=hi, rate_per_s=rate, seed=seed)
     t0 = float(w.arrivals_s.min())      # both sides start their clocks at the first arrival
@@ -69,6 +77,9 @@ def latencies(w: Workload, first: np.ndarray, done: np.ndarray) -> dict[str, flo
     tpot = np.where(multi, (done - first) / np.maximum(w.output_lens - 1, 1), np.nan)
     out = {}
     for group, mask in (("short", ~long), ("long", long)):
+        if not mask.any():
+            out.update({f"{group}_{k}": float("nan") for k in ("ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99")})
+            continue
         out[f"{group}_ttft_p50"] = float(np.median(ttft[mask]))
         out[f"{group}_ttft_p99"] = float(np.percentile(ttft[mask], 99))
         t = tpot[mask & multi]
@@ -131,11 +142,15 @@ def main() -> None:
     ap.add_argument("--mixes", default="a,b,c")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "infermax-vidur"))
     ap.add_argument("--json-out", help="write the rows here (JSON) after each one")
+    ap.add_argument("--ordered-batches", action="store_true", help="patch Vidur's KVParallelBatch to keep its "
+                    "requests in the order they joined (the wheel keeps a set: eviction victims by object address)")
+    ap.add_argument("--num-blocks", type=int, default=VidurSetup.num_blocks, help="KV blocks of 16 tokens "
+                    "(default 24,960: M = 399,360)")
     args = ap.parse_args()
     if not vidur_available():
         print("vidur is not installed (pip install vidur==0.0.26): skipping the side by side")
         return
-    setup = VidurSetup(cache_dir=args.cache)
+    setup = VidurSetup(cache_dir=args.cache, num_blocks=args.num_blocks, ordered_batches=args.ordered_batches)
     cost = VidurCost(shared_predictor(setup))
     rows = []
     for name in args.mixes.split(","):

@@ -72,6 +72,25 @@ def lay_out_cache(cache_dir: str) -> tuple[str, str]:
     return f"local/{compute}", f"local/{NODE}"
 
 
+def order_batches(on: bool) -> None:
+    """Make ``KVParallelBatch`` keep its requests in the order they joined the batch (``on``), or in the
+    ``set`` order the wheel ships (object addresses: it decides which decode an eviction picks next)."""
+    from vidur.entities import kv_parallel_batch as kvb
+
+    cls = kvb.KVParallelBatch
+    shipped = getattr(cls, "_infermax_shipped_init", cls.__init__)
+    cls._infermax_shipped_init = shipped
+    if not on:
+        cls.__init__ = shipped
+        return
+
+    def init(self, replica_id, batch_mapping):
+        shipped(self, replica_id, batch_mapping)
+        self._requests = list(dict.fromkeys(sum([b.requests for b in batch_mapping.values()], [])))
+
+    cls.__init__ = init
+
+
 def patch_vidur() -> None:
     """The two runtime fixes the wheel needs (module docstring)."""
     from vidur.entities.request import Request
@@ -105,6 +124,7 @@ class VidurSetup:
     target_batch_time_s: float = 0.05
     max_tokens: int = 136 * 1024        # the request generator's bound (Vidur sizes its tables by it)
     watermark: float = 0.01
+    ordered_batches: bool = False       # keep a batch's requests in the order they joined (a third patch)
 
     def configs(self):
         from vidur.config import (CacheConfig, LinearRegressionExecutionTimePredictorConfig, ReplicaConfig)
@@ -193,6 +213,7 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
     from vidur.simulator import Simulator
 
     patch_vidur()
+    order_batches(setup.ordered_batches)
     predictor = shared_predictor(setup)
     kinds = {"lrs": vc.MnemosyneLRSSchedulerConfig, "fcfs": vc.MnemosyneFCFSSchedulerConfig,
              "edf": vc.MnemosyneEDFSchedulerConfig}
@@ -208,6 +229,9 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
         execution_time_predictor_config=pred_config,
         metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, enable_chrome_trace=False,
                                         output_dir=out))
+    from vidur.entities import Batch, Cluster, KVParallelBatch, Replica
+    for entity in (Cluster, Replica, Request, Batch, KVParallelBatch):   # ids from 0 in every run (replica 0 is
+        entity._id = -1                                                    # the one the global scheduler names)
     shipped_get = ExecutionTimePredictorRegistry.get
     ExecutionTimePredictorRegistry.get = classmethod(lambda cls, *a, **k: predictor)
     try:
