@@ -10,6 +10,7 @@ from infermax.policy import Policy
 
 from . import (boundguided, mcsf, medha, nested_wait, pecsched, rank, sarathi, vllm,  # noqa: F401  (registration)
                vllm_v1, wait)
+from . import fastertransformer, lightllm, mnemosyne, orca  # noqa: F401  (Vidur's replica schedulers)
 from .base import Plan, Scheduler
 from .framework import GetNextBatch, register_family
 from .registry import available, describe_all, get_scheduler, register_scheduler, split_specs

@@ -39,6 +39,7 @@ from .placement import choose_elastic_gang
 from .policies import ClusterPolicy
 from .replicas import Replicas
 from .roles import Roles
+from .routers import Router
 from .spec import Cluster
 
 
@@ -104,6 +105,7 @@ class Dispatcher:
         # per request, as Python lists: the queue walk reads them once per queued request and decision
         self._on_gang, self._gang_size = roles.on_gang.tolist(), roles.gang_size.tolist()
         self._is_long = roles.is_long.tolist()
+        self._router = Router(pol.route, len(replicas), self._num_waiting, pol.route_seed) if pol.route else None
 
     def _tiers(self, eligible: np.ndarray) -> list[list[int]]:
         """Buckets of the load index to try in turn for a request these replicas may serve (Fig. 6 steps 2-5)."""
@@ -172,9 +174,12 @@ class Dispatcher:
                     loads.take(r, inp[i] // len(members))
             else:
                 long = is_long[i]
-                r = None if blocked[long] else loads.shortest(self._tiers_long if long else self._tiers_short)
-                if r is not None and not self._fits_beside_gang(i, r):
-                    r = loads.shortest(self._tiers_long[:1] if long else self._tiers_short[:1])   # (no gang's)
+                if self._router is not None:       # Vidur's global schedulers: sent at once, accepting or not
+                    r = None if blocked[long] else self._router.choose(self._routable(long))
+                else:
+                    r = None if blocked[long] else loads.shortest(self._tiers_long if long else self._tiers_short)
+                    if r is not None and not self._fits_beside_gang(i, r):
+                        r = loads.shortest(self._tiers_long[:1] if long else self._tiers_short[:1])   # (no gang's)
                 if r is None:
                     blocked[long] = True
                     if pol.queue == "reservation":
@@ -197,6 +202,19 @@ class Dispatcher:
         if lim.block_size > 1:
             return int(lim.kv_blocks(peak)) + int(lim.kv_blocks(held)) <= lim.num_blocks
         return peak + held <= lim.M
+
+    def _routable(self, long: bool) -> np.ndarray:
+        """The replicas a router may send a long (or short) request to: eligible, and free of gangs under an
+        exclusive policy."""
+        eligible = self.roles.eligible_long if long else self.roles.eligible_short
+        return eligible & (self.gangs.gang_of < 0) if self.pol.exclusive else eligible
+
+    def _num_waiting(self, r: int) -> int:
+        """Requests dispatched to replica r that wait to start there (the ``lor`` router's count)."""
+        if not self.replicas.is_built(r):
+            return 0
+        st = self.replicas.state(r)
+        return st.num_pending + st.num_waiting
 
     def _gang_for(self, k: int, i: int) -> tuple[int, ...] | None:
         """An elastic gang of at least k replicas that are free (and accepting, under exclusive policies) for

@@ -44,6 +44,11 @@ requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
 pipelining), ``csps-kvdecode`` (the decode gathers KV instead of shipping Q);
 first come, first served, no preemption.
 
+Vidur's global schedulers (:mod:`~infermax.cluster.routers`) send each request, as it
+arrives, to a replica chosen at once — ``round-robin``, ``random`` or ``lor`` (least
+outstanding requests) — instead of holding it until a replica accepts work; first come,
+first served, no preemption.
+
 ``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
 first served; every request prefills on an *elastic* gang sized by its prompt
 (striped ring attention, no preemption), then *scales down*: its KV moves to the decode
@@ -57,6 +62,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .csps import VARIANTS
+from .routers import ROUTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,8 @@ class ClusterPolicy:
     elastic: bool = False      # gang size from the prompt length and the free replicas (LoongServe)
     scale_down: bool = False   # after its prefill a gang's KV migrates to the decode pool (LoongServe)
     striped: bool = False      # ring attention load-balanced by striping the sequence (LoongServe)
+    route: str = ""            # a router sends each arrival at once (cluster/routers.py); "" = shortest queue
+    route_seed: int = 0        # the random router's seed
 
     @property
     def exclusive(self) -> bool:
@@ -100,6 +108,7 @@ _POLICIES = {
                                 striped=True),
     "loongserve-reserve": ClusterPolicy("loongserve-reserve", "reservation", disaggregate=True, elastic=True,
                                         scale_down=True, striped=True),
+    **{name: ClusterPolicy(name, "fifo", route=name) for name in ROUTES},
 }
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
