@@ -130,7 +130,8 @@ def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, 
     csps = _csps_of(meta)
     try:
         pol = get_policy(meta["policy"])
-        plans = [(pol.fast_sp, pol.striped)]
+        ring = meta.get("options", {}).get("ring_attention")      # (absent: the policy's own sharding)
+        plans = [(pol.fast_sp, pol.striped if ring is None else ring == "striped")]
     except (KeyError, ValueError):
         plans = [(True, False), (False, False), (False, True)]
     refs = [make_gang(cluster, gid, i, members, I, O, fast, csps, striped) for fast, striped in plans]
