@@ -57,19 +57,23 @@ def fmt_factor(v: float, unit: str) -> str:
         return f"{1 / v:.3g}x more"
     if unit == "%-" and v > 0:
         return f"{(1 - 1 / v) * 100:.1f} % less"
+    if unit == "to" and v > 0:                    # "drops to 0.64x": the factor 1 / 0.64
+        return f"to {1 / v:.3g}x"
     return f"{v:.0f}x" if v >= 100 else f"{v:.3g}x"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Effect:
     """A factor the paper reports, ``lo`` (one number) or ``lo``..``hi`` (a range), oriented so that > 1 is
-    the paper's direction. ``unit`` is how the paper writes it: ``x``, ``%+`` (an increase) or ``%-`` (a
-    reduction by r, stored as the factor 1 / (1 − r)). Ours is within tolerance when its effect, factor − 1,
-    lies within ±``tol`` of the paper's effect."""
+    the paper's direction. ``unit`` is how the paper writes it: ``x``, ``%+`` (an increase), ``%-`` (a
+    reduction by r, stored as the factor 1 / (1 − r)) or ``to`` ("drops to y×", stored as 1 / y). Ours is
+    within tolerance when its effect, factor − 1, lies within ±``tol`` of the paper's effect. ``source``: the
+    paper's own numbers the factor is computed from, when it states those instead (two counts of a table)."""
     lo: float
     hi: float | None = None
     unit: str = "x"
     tol: float = EFFECT_TOLERANCE
+    source: tuple[float, ...] = ()
 
     def bounds(self) -> tuple[float, float]:
         hi = self.lo if self.hi is None else self.hi

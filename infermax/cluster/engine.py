@@ -43,7 +43,7 @@ from .gang_runner import GangRunner
 from .loads import Loads
 from .migration import Migrations
 from .policies import POLICIES, ClusterPolicy, get_policy
-from .replicas import GANG, MIGRATE, REPLICA, Replicas
+from .replicas import DISPATCH, GANG, MIGRATE, Replicas
 from .result import ClusterResult, assemble
 from .roles import plan_roles
 from .spec import Cluster
@@ -188,6 +188,8 @@ class ClusterEngine:
             if kind == GANG:
                 self.gangs.step_done(payload[0], payload[1], t)
                 disp.dispatch(t)
+            elif kind == DISPATCH:
+                disp.dispatch(t)
             elif kind == MIGRATE:
                 self.migrations.arrive(payload[0], payload[1], t)
             else:
@@ -237,11 +239,8 @@ class ClusterEngine:
         g = self.gangs.of(r)
         if g is not None:
             self.gangs.try_start(g, now)
-        reps = self.replicas
-        if now > reps.now_s and len(self.dispatcher.queue):
-            if not reps.in_heap[r] and not reps.held[r]:
-                reps.in_heap[r] = True
-                reps.push(now, REPLICA, r)
+        if now > self.replicas.now_s and len(self.dispatcher.queue):
+            self.replicas.push(now, DISPATCH, None)
             return
         self.dispatcher.dispatch(now)
 
