@@ -19,6 +19,7 @@ from .metrics import metrics, metrics_by_tag
 from .policy import Policy
 from .replay import replay
 from .schedulers import register_scheduler
+from .starvation import starvation
 from .state import ScheduleError
 from .sweep import sweep
 from .trace import Trace
@@ -26,7 +27,7 @@ from .types import Batch, Limits, Request, Schedule, Workload
 
 __all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
            "Trace", "Workload", "execute", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers",
-           "simulate", "sweep"]
+           "simulate", "starvation", "sweep"]
 __version__ = "0.1.0"
 
 _LAZY = {"solve_optimal": "infermax.csp", "OptimalResult": "infermax.csp",

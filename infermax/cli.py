@@ -269,7 +269,7 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
             for d in details for tag, vals in d["by_tag"].items()]
     if tags:
         print_table(tags, ("policy", "scheduler", "tag", "num_requests", "queueing_p50_s", "queueing_p99_s",
-                           "throughput_rps", "jct_mean_s", "num_starved", "num_suspensions"))
+                           "throughput_rps", "jct_mean_s", "num_unserved_by_last_arrival", "num_suspensions"))
     return 0
 
 

@@ -10,7 +10,7 @@ Keys: ``latency_s`` (makespan: last completion - first arrival), ``tps``
 ``ttft_attainment``, ``tpot_attainment``, ``slo_attainment`` (fractions) and
 ``goodput_rps`` (requests meeting all their SLOs per second of latency).
 :func:`metrics_by_tag` adds, per request tag (e.g. short/long), the queueing
-delay percentiles, throughput, mean JCT and starvation count.
+delay percentiles, throughput, mean JCT and the requests first served only after the last arrival.
 """
 from __future__ import annotations
 
@@ -91,9 +91,10 @@ def slo_metrics(trace: Trace) -> dict[str, float]:
 
 def metrics_by_tag(trace: Trace) -> dict[str, dict[str, float]]:
     """Per request tag: queueing delay p1/p25/p50/p75/p99 (s), throughput (requests/s over the
-    makespan), mean JCT (arrival to completion, s), TTFT median, suspensions, and the starvation
-    count (requests first scheduled only after the last arrival: under a continuing stream of
-    arrivals they would not have been served)."""
+    makespan), mean JCT (arrival to completion, s), TTFT median, suspensions, and
+    ``num_unserved_by_last_arrival``: the requests first scheduled only after the last arrival. An
+    overloaded cluster leaves those under every policy: starvation, a policy's doing, is measured against
+    the same workload's FIFO run by :func:`infermax.starvation.starvation`."""
     r = trace.requests
     latency = float(r["completion_s"].max() - r["arrival_s"].min())
     last_arrival = float(r["arrival_s"].max())
@@ -109,7 +110,7 @@ def metrics_by_tag(trace: Trace) -> dict[str, dict[str, float]]:
             "throughput_rps": float(sel.sum() / latency) if latency > 0 else float("nan"),
             "jct_mean_s": float((r["completion_s"][sel] - r["arrival_s"][sel]).mean()),
             "num_suspensions": int(r["num_suspensions"][sel].sum()),
-            "num_starved": int(((r["first_scheduled_s"][sel] > last_arrival)
+            "num_unserved_by_last_arrival": int(((r["first_scheduled_s"][sel] > last_arrival)
                                 & (r["arrival_s"][sel] < last_arrival)).sum()),
         }
     return out

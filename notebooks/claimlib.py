@@ -9,7 +9,9 @@ ordering that should hold in every cell of its grid). Each says whether our valu
 - ``direction only``: the same sign or ordering, the magnitude outside the tolerance (an ordering: it holds
   in most cells, not all);
 - ``differs``: not even the direction; the claim's cause says why;
-- ``not run``: no result to measure, or nothing of ours to compare with (the cause says which).
+- ``not run``: no result to measure, or nothing of ours to compare with (the cause says which);
+- ``by construction``: a claim our model makes true by how it is built (an admission rule's arithmetic, a
+  term calibrated on the very figure): it holds, and the cause says why, but it reproduces nothing.
 
 The helpers at the end measure a claim on a sweep's results table (one row per cell).
 """
@@ -23,17 +25,23 @@ import numpy as np
 import pandas as pd
 
 REPRODUCED, DIRECTION_ONLY, DIFFERS, NOT_RUN = "reproduced", "direction only", "differs", "not run"
-VERDICTS = (REPRODUCED, DIRECTION_ONLY, DIFFERS, NOT_RUN)
+BY_CONSTRUCTION = "by construction"
+VERDICTS = (REPRODUCED, DIRECTION_ONLY, DIFFERS, BY_CONSTRUCTION, NOT_RUN)
 # the tolerance of every number the papers state, and why (FINDINGS.md repeats this)
 EFFECT_TOLERANCE = 0.25
+COMPARABLE = 0.25      # the one reading of "comparable", "similar", "≈ 1": within ±25 % (the effect tolerance)
 TOLERANCE_NOTE = (
     "A factor or percentage the paper states is reproduced when our effect (factor − 1; a reduction by r is "
     "the factor 1 / (1 − r)) is within ±25 % of the paper's effect (a range is widened by 25 % at each end). "
     "Why 25 %: the paper's numbers come from its own cost-model fit, which it reports to be 3–30 % off the real "
     "system (InferMax App. A.2); ours is another fit of the same kind of profiles, so a ratio of two simulated "
-    "runs cannot be expected to agree more closely. A bound the paper states (> 90 %, < 20 %) is its own "
-    "tolerance. A claim without a number (an ordering) is reproduced when it holds in every cell of the grid "
-    "the paper shows, direction only when it holds in most of them.")
+    "runs cannot be expected to agree more closely. Where a paper gives one number per model or per cell, "
+    "each row is held to its own number, not to the range over models or cells. A bound the paper states "
+    "(> 90 %, < 20 %) is its own tolerance, and a share the paper gives (92-100 %) is held to the paper's "
+    "range, not widened. 'Comparable', 'similar' and '≈ 1' have one reading: within ±25 %. A claim without a "
+    "number (an ordering) is reproduced when it holds in every cell of the grid the paper shows, direction "
+    "only when it holds in most of them. A claim our model makes true by how it is built (by construction) "
+    "is shown as such and not counted as a reproduction.")
 
 TIE = 1e-9          # relative: floats this close are equal, not an ordering
 
@@ -49,19 +57,23 @@ def fmt_factor(v: float, unit: str) -> str:
         return f"{1 / v:.3g}x more"
     if unit == "%-" and v > 0:
         return f"{(1 - 1 / v) * 100:.1f} % less"
+    if unit == "to" and v > 0:                    # "drops to 0.64x": the factor 1 / 0.64
+        return f"to {1 / v:.3g}x"
     return f"{v:.0f}x" if v >= 100 else f"{v:.3g}x"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Effect:
     """A factor the paper reports, ``lo`` (one number) or ``lo``..``hi`` (a range), oriented so that > 1 is
-    the paper's direction. ``unit`` is how the paper writes it: ``x``, ``%+`` (an increase) or ``%-`` (a
-    reduction by r, stored as the factor 1 / (1 − r)). Ours is within tolerance when its effect, factor − 1,
-    lies within ±``tol`` of the paper's effect."""
+    the paper's direction. ``unit`` is how the paper writes it: ``x``, ``%+`` (an increase), ``%-`` (a
+    reduction by r, stored as the factor 1 / (1 − r)) or ``to`` ("drops to y×", stored as 1 / y). Ours is
+    within tolerance when its effect, factor − 1, lies within ±``tol`` of the paper's effect. ``source``: the
+    paper's own numbers the factor is computed from, when it states those instead (two counts of a table)."""
     lo: float
     hi: float | None = None
     unit: str = "x"
     tol: float = EFFECT_TOLERANCE
+    source: tuple[float, ...] = ()
 
     def bounds(self) -> tuple[float, float]:
         hi = self.lo if self.hi is None else self.hi
@@ -88,16 +100,15 @@ class Effect:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Share:
-    """A share (0..1) the paper bounds or gives a range for: within ``lo``..``hi``, the range widened by
-    ``tol`` (relative) at each end; ``tol = 0`` for a bound, which is its own tolerance. ``why``: the bound
-    is our reading of a word of the paper ("close"), not a number it states."""
+    """A share (0..1) the paper bounds or gives a range for: within ``lo``..``hi``, never widened (a bound
+    is its own tolerance, and so is a range the paper states). ``why``: the bound is our reading of a word
+    of the paper ("close"), not a number it states."""
     lo: float = 0.0
     hi: float = 1.0
-    tol: float = 0.0
     why: str = ""
 
     def contains(self, value: float) -> bool:
-        return self.lo * (1 - self.tol) <= value <= min(1.0, self.hi * (1 + self.tol))
+        return self.lo - 1e-12 <= value <= self.hi + 1e-12
 
     def direction(self, value: float) -> bool | None:
         return None          # a bound has no sign of its own; a claim gives its direction with its number
@@ -107,14 +118,14 @@ class Share:
             return "no number"
         if self.lo == 0:
             return f"< {self.hi:.0%}"
-        return f"> {self.lo:.0%}" if self.hi == 1 and self.tol == 0 else f"{self.lo:.0%} – {self.hi:.0%}"
+        if self.lo == self.hi:
+            return f"{self.lo:.0%}"
+        return f"> {self.lo:.0%}" if self.hi == 1 else f"{self.lo:.0%} – {self.hi:.0%}"
 
     def tolerance(self) -> str:
         if self.why:
             return self.why
-        if self.tol == 0:
-            return "the paper's bound"
-        return f"±{self.tol:.0%} relative: {self.lo * (1 - self.tol):.0%} .. {min(1.0, self.hi * (1 + self.tol)):.0%}"
+        return "the paper's bound" if self.lo == 0 or self.hi == 1 else "the paper's range (not widened)"
 
     def show(self, value: float) -> str:
         return f"{value:.1%}"
@@ -166,7 +177,51 @@ class Ordering:
         return f"{value:.0%} of cells"
 
 
-Target = Effect | Share | Near | Ordering
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PerCell:
+    """A factor the paper gives for every cell of a grid ("6.1-7.5x over models and datasets"): each cell is
+    held to ``effect`` (its tolerance), not only the largest. Ours is the share of cells within it; the
+    direction, that every cell has the paper's sign, comes with it (``Ours.holds``)."""
+    effect: Effect
+
+    def contains(self, value: float) -> bool:
+        return value == 1
+
+    def direction(self, value: float) -> bool | None:
+        return None
+
+    def number(self) -> str:
+        return self.effect.number()
+
+    def tolerance(self) -> str:
+        return self.effect.tolerance() + ", in every cell"
+
+    def show(self, value: float) -> str:
+        return f"{value:.0%} of cells"
+
+
+def per_cell(ratio: pd.Series, effect: Effect) -> Ours:
+    """A :class:`PerCell` claim measured on the ratio of every cell: the share within ``effect``, the range of
+    ratios and where they lie; its direction holds when every cell exceeds 1."""
+    ratio = ratio.dropna()
+    if ratio.empty:
+        raise Missing("no cells")
+    within = ratio.map(effect.contains)
+
+    def where(at) -> str:
+        return ", ".join(f"{v}" for v in (at if isinstance(at, tuple) else (at,)))
+    text = (f"{int(within.sum())}/{len(ratio)} cells within: {effect.show(ratio.min())} ({where(ratio.idxmin())}) "
+            f".. {effect.show(ratio.max())} ({where(ratio.idxmax())})")
+    return Ours(float(within.mean()), text, holds=bool((ratio > 1).all()))
+
+
+def comparable(word: str = "comparable", value: float = 1.0) -> Near:
+    """The one reading of "comparable" / "similar" / "≈ 1" across the table: within ±:data:`COMPARABLE`."""
+    return Near(value=value, tol=COMPARABLE, why=f"'{word}' read as within {COMPARABLE:.0%}, as every "
+                                                 f"'comparable' of the table")
+
+
+Target = Effect | Share | Near | Ordering | PerCell
 
 
 class Ours(NamedTuple):
@@ -200,6 +255,7 @@ class Claim:
     target: Target | None
     measure: Callable[[pd.DataFrame], Ours] | None
     cause: str = ""
+    construction: str = ""        # why our model makes the claim true by how it is built ("": it does not)
 
     def evaluate(self, results: pd.DataFrame | None) -> dict:
         ours = None
@@ -210,6 +266,8 @@ class Claim:
                 ours = None
         verdict = verdict_of(self.target, ours)
         cause = "" if verdict == REPRODUCED else self.cause
+        if verdict == REPRODUCED and self.construction:
+            verdict, cause = BY_CONSTRUCTION, self.construction
         if verdict == NOT_RUN and self.target is not None:
             cause = ("no full-scale result yet (python notebooks/findings.py --rerun " + self.notebook + ")"
                      if results is None else "the results lack the cells this claim needs")
@@ -240,14 +298,15 @@ def verdict_of(target: Target | None, ours: Ours | None) -> str:
 
 # --- measuring a claim on a results table ------------------------------------------------------------
 def registrar(claims: list[Claim], paper: str, notebook: str | None = None):
-    """A decorator: ``@claim(notebook, section, statement, target[, cause])`` (without ``notebook`` when it is
-    fixed here) registers the decorated measure as one claim of ``paper`` in ``claims``."""
-    def claim(*args):
+    """A decorator: ``@claim(notebook, section, statement, target[, cause][, construction=why])`` (without
+    ``notebook`` when it is fixed here) registers the decorated measure as one claim of ``paper`` in
+    ``claims``; ``construction``: why the claim holds by how our model is built (verdict ``by construction``)."""
+    def claim(*args, construction: str = ""):
         nb, section, statement, target, *cause = (notebook, *args) if notebook is not None else args
 
         def register(measure):
             claims.append(Claim(notebook=nb, paper=paper, section=section, statement=statement, target=target,
-                                measure=measure, cause=cause[0] if cause else ""))
+                                measure=measure, cause=cause[0] if cause else "", construction=construction))
             return measure
         return register
     return claim

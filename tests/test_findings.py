@@ -70,24 +70,29 @@ def test_a_small_run_raises_when_a_claim_reproduced_at_full_scale_points_the_oth
 def _paper_numbers(claim) -> list[float]:
     """The numbers the target was built from, in the unit the paper writes them."""
     t = claim.target
+    if isinstance(t, claimlib.PerCell):
+        t = t.effect
+    if isinstance(t, claimlib.Effect) and t.source:     # a factor computed from numbers the paper states
+        return [round(v, 2) for v in t.source]
     if isinstance(t, claimlib.Effect):
         values = [t.lo] + ([] if t.hi is None else [t.hi])
-        unit = {"x": lambda v: v, "%+": lambda v: (v - 1) * 100, "%-": lambda v: (1 - 1 / v) * 100}[t.unit]
-        return [round(unit(v), 1) for v in values]
+        unit = {"x": lambda v: v, "%+": lambda v: (v - 1) * 100, "%-": lambda v: (1 - 1 / v) * 100,
+                "to": lambda v: 1 / v}[t.unit]
+        return [round(unit(v), 2) for v in values]
     if isinstance(t, claimlib.Share) and not t.why:     # (a Share with `why` reads a word, e.g. "close")
-        return [round(v * 100, 1) for v in (t.lo, t.hi) if 0 < v < 1]
+        return [round(v * 100, 2) for v in (t.lo, t.hi) if 0 < v < 1]
     return []
 
 
 def test_every_target_is_the_number_the_claim_quotes_from_the_paper():
     # a target equal to our own number would have to be quoted in the statement, and found in the paper
     for claim in findings.claims():
-        quoted = {round(float(x), 1) for x in re.findall(r"\d+(?:\.\d+)?", claim.statement.replace(",", ""))}
+        quoted = {round(float(x), 2) for x in re.findall(r"\d+(?:\.\d+)?", claim.statement.replace(",", ""))}
         for number in _paper_numbers(claim):
             assert number in quoted, f"{claim.statement!r}: target {number} is not the number it quotes"
         paper = PAPERS / PAPER_FILES[claim.paper]
         if paper.exists():
-            text = paper.read_text()
+            text = paper.read_text().replace(",", "")      # (its thousands separators, as the statement's)
             for number in _paper_numbers(claim):
                 assert f"{number:g}" in text, f"{number:g} ({claim.statement!r}) does not occur in {paper.name}"
 

@@ -27,6 +27,7 @@ queue lengths the dispatcher compares are kept as replicas change
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from typing import TYPE_CHECKING, Any, Callable
@@ -42,8 +43,8 @@ from .elastic import ScaleDown, elastic_roles
 from .gang_runner import GangRunner
 from .loads import Loads
 from .migration import Migrations
-from .policies import POLICIES, ClusterPolicy, get_policy
-from .replicas import GANG, MIGRATE, Replicas
+from .policies import POLICIES, RING_ATTENTION, ClusterPolicy, get_policy
+from .replicas import DISPATCH, GANG, MIGRATE, Replicas
 from .result import ClusterResult, assemble
 from .roles import plan_roles
 from .spec import Cluster
@@ -55,6 +56,7 @@ __all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
 MEDHA_CHUNK_TOKENS = 4096      # medha-* policies with the medha scheduler: prefill tokens per batch unless limits
                                # are given
+MAX_NUM_SEQS = 256             # vLLM's default max_num_seqs: running requests per replica (R_max)
 
 
 class ClusterEngine:
@@ -70,18 +72,34 @@ class ClusterEngine:
     with kvp > 1, the most KV tokens of one request per KVP group before it onboards
     the next (:mod:`~infermax.cluster.plans`); ``reserved_replicas``: under the reservation policy,
     the replicas that serve long requests only (default: the majority, in whole gangs —
-    :func:`~infermax.cluster.placement.reservation_split`).
+    :func:`~infermax.cluster.placement.reservation_split`); ``max_num_seqs``: every replica's R_max, the
+    running requests it holds at once (vLLM's ``max_num_seqs``, 256 by default; ``None``: no cap), unless
+    the given ``limits`` set R_max; ``ring_attention``: how the policies whose gangs run plain ring
+    attention (the PecSched baselines and ``pecsched-fsp``) shard the sequence — ``striped`` (default:
+    token t on member t mod k, every member the balanced share of the causal attention, as striped or
+    zig-zag ring attention) or ``contiguous`` (one block per member: the last does (2k − 1)/k of the
+    balanced share; :mod:`~infermax.cluster.fastsp`). LoongServe's ring is striped by its own design.
     """
 
     def __init__(self, workload: Workload, cluster: Cluster, policy: "str | ClusterPolicy" = "fifo",
                  scheduler: Any = None, limits: "Limits | str | None" = None, cost: Any = None,
                  fast_forward: bool = True, long_tag: str = "long", sp_replicas: int | None = None,
                  decode_replicas: int | None = None, colocate_tokens: int = 512,
-                 kvp_group_tokens: int | None = None, reserved_replicas: int | None = None) -> None:
+                 kvp_group_tokens: int | None = None, reserved_replicas: int | None = None,
+                 max_num_seqs: int | None = MAX_NUM_SEQS, ring_attention: str = "striped") -> None:
         from infermax.costmodel import get_cost_model
 
         workload = on_relative_clock(workload)     # every time of the run is on it (infermax.clock)
-        self.pol = pol = get_policy(policy)
+        pol = get_policy(policy)
+        if ring_attention not in RING_ATTENTION:
+            raise ValueError(f"ring_attention must be one of {', '.join(RING_ATTENTION)}, got {ring_attention!r}")
+        if max_num_seqs is not None and (isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int)
+                                         or max_num_seqs < 1):
+            raise ValueError(f"max_num_seqs must be an integer >= 1 or None, got {max_num_seqs!r}")
+        plain_ring = not (pol.fast_sp or pol.csps is not None or pol.elastic or pol.plan)
+        if plain_ring:                             # its gangs run plain ring attention: sharded as asked
+            pol = dataclasses.replace(pol, striped=ring_attention == "striped")
+        self.pol = pol
         if scheduler is None:                      # the policy's own replica scheduler (medha-*), else vLLM
             scheduler = pol.local or "vllm"
         self.workload, self.cluster, self.policy = workload, cluster, pol.name
@@ -99,6 +117,8 @@ class ClusterEngine:
                               plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas,
                                          reserved_replicas))
         self.limits = roles.limits
+        if self.limits.R_max is None and max_num_seqs is not None:
+            self.limits = self.limits.replace(R_max=max_num_seqs)
         self.loads = Loads(*roles.classes, roles.decode_pool)
         self.plans = None
         if cluster.executes_plan:                  # spp or kvp > 1: timing executed per stage and group
@@ -123,7 +143,10 @@ class ClusterEngine:
         if roles.on_gang.any():
             cluster.cost_model()           # built once, before the run: fast SP prices every gang with it
         self.options = {"sp_replicas": roles.sp_replicas, "colocate_tokens": colocate_tokens,
-                        "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward}
+                        "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward,
+                        "max_num_seqs": self.limits.R_max}
+        if plain_ring:
+            self.options["ring_attention"] = ring_attention
         if self.plans is not None:
             self.options["kvp_group_tokens"] = self.plans.group_tokens
         if pol.queue == "reservation" and not pol.elastic and roles.is_long.any():
@@ -170,6 +193,8 @@ class ClusterEngine:
             if kind == GANG:
                 self.gangs.step_done(payload[0], payload[1], t)
                 disp.dispatch(t)
+            elif kind == DISPATCH:
+                disp.dispatch(t)
             elif kind == MIGRATE:
                 self.migrations.arrive(payload[0], payload[1], t)
             else:
@@ -213,10 +238,15 @@ class ClusterEngine:
                 self._idle(r, max(t, state.clock_s))
 
     def _idle(self, r: int, now: float) -> None:
-        """Replica r has no work left: its gang may start, the global queue may send it work."""
+        """Replica r has no work left: its gang may start, the global queue may send it work. Idle from a time
+        after the loop's (its last batch ends later), it asks the queue then, after the events before it:
+        a dispatch at ``now`` would come before arrivals that precede it."""
         g = self.gangs.of(r)
         if g is not None:
             self.gangs.try_start(g, now)
+        if now > self.replicas.now_s and len(self.dispatcher.queue):
+            self.replicas.push(now, DISPATCH, None)
+            return
         self.dispatcher.dispatch(now)
 
     def _drained(self) -> bool:
@@ -251,7 +281,8 @@ def simulate_cluster(workload: "Workload | str", cluster: "Cluster | str", polic
     """Simulate ``workload`` on ``cluster`` (a :class:`Cluster` or its spec string) under ``policy``.
 
     ``options``: ``sp_replicas``, ``decode_replicas``, ``colocate_tokens``, ``kvp_group_tokens``
-    (:mod:`~infermax.cluster.plans`), ``reserved_replicas`` (:class:`ClusterEngine`)."""
+    (:mod:`~infermax.cluster.plans`), ``reserved_replicas``, ``max_num_seqs``, ``ring_attention``
+    (:class:`ClusterEngine`)."""
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
     return ClusterEngine(workload, Cluster.from_spec(cluster), policy, scheduler, limits, cost,

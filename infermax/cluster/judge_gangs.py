@@ -114,9 +114,12 @@ def _scales_down(meta: dict) -> bool:
 
 
 def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, O: int, meta: dict) -> Any:
-    """The gang as the cluster prices it: the policy's SP plan on these members."""
+    """The gang as the cluster prices it: the policy's SP plan on these members (its ring sharded as the run's
+    ``ring_attention`` option says, else as the policy's own)."""
     pol = get_policy(meta["policy"])
-    return make_gang(cluster, gid, i, members, I, O, pol.fast_sp, pol.csps, pol.striped)
+    ring = meta.get("options", {}).get("ring_attention")
+    striped = pol.striped if ring is None else ring == "striped"
+    return make_gang(cluster, gid, i, members, I, O, pol.fast_sp, pol.csps, striped)
 
 
 def _csps_of(meta: dict) -> Any:

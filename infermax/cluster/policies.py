@@ -110,6 +110,7 @@ _POLICIES = {
                                         scale_down=True, striped=True),
     **{name: ClusterPolicy(name, "fifo", route=name) for name in ROUTES},
 }
+RING_ATTENTION = ("striped", "contiguous")   # how a plain ring shards the sequence (engine option ring_attention)
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
 

@@ -33,7 +33,8 @@ from infermax.state import ServingState
 from infermax.trace import TraceRecorder
 from infermax.types import Limits, Workload
 
-REPLICA, GANG, MIGRATE = 0, 1, 2          # event kinds: a replica's next batch, a gang step's end, a KV arrival
+REPLICA, GANG, MIGRATE, DISPATCH = 0, 1, 2, 3   # event kinds: a replica's next batch, a gang step's end,
+                                                # a KV arrival, a dispatch decision due then
 
 
 class Replicas:

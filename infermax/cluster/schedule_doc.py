@@ -21,7 +21,7 @@ import numpy as np
 
 from infermax.schedule import show_json
 
-from .policies import get_policy
+from .policies import RING_ATTENTION, get_policy
 
 
 class ClusterScheduleError(ValueError):
@@ -110,10 +110,14 @@ def check_meta(meta: Any) -> None:
         if value is not None or key == "M":
             check_int(value, f"meta.limits.{key}", 1)
     options = meta.get("options", {})
-    check_object(options, "meta.options", (), _META_INTS + ("fast_forward",))
+    check_object(options, "meta.options", (), _META_INTS + ("fast_forward", "max_num_seqs", "ring_attention"))
     for key in _META_INTS:
         if options.get(key) is not None:
             check_int(options[key], f"meta.options.{key}", 0)
+    if options.get("max_num_seqs") is not None:
+        check_int(options["max_num_seqs"], "meta.options.max_num_seqs", 1)
+    if "ring_attention" in options and options["ring_attention"] not in RING_ATTENTION:
+        raise _bad("meta.options.ring_attention", f"one of {', '.join(RING_ATTENTION)}", options["ring_attention"])
     if "fast_forward" in options and not isinstance(options["fast_forward"], bool):
         raise _bad("meta.options.fast_forward", "true or false", options["fast_forward"])
     if meta.get("workload") is not None and not isinstance(meta["workload"], str):

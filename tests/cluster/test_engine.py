@@ -72,9 +72,10 @@ def test_each_policy_keeps_its_rule(runs):
     for i in np.flatnonzero(long):                                       # no long one overtakes a waiting short one
         t = pri.dispatch_s[i]
         assert not ((~long) & (w.arrivals_s <= t) & (pri.dispatch_s > t)).any()
-    # the paper's direction: priority and reservation serve short requests sooner than FIFO at the tail
+    # §6.3: under Priority short requests are not delayed by long ones, under FIFO they are. (Reservation's short
+    # p99 is 1.2-1.94x FIFO's in §3.2; whether ours is depends on the load: FINDINGS.md, docs/pecsched.md)
     q = {p: r.by_tag["short"]["queueing_p99_s"] for p, r in res.items()}
-    assert q["priority"] < q["fifo"] and q["reservation"] < q["fifo"]
+    assert q["priority"] < q["fifo"]
 
 
 def test_bad_inputs_are_refused_with_names():
