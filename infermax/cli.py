@@ -415,7 +415,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
-    parser = _Parser(prog="infermax", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="infermax", description="Simulate, judge, bound and solve LLM-inference schedules.")
     parser.add_argument("--version", action="version", version=f"infermax {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details; tracebacks of "
                         "internal errors")
@@ -520,7 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     EXIT_INTERRUPTED)
     except (ValueError, OSError, ImportError) as exc:  # bad input, unreadable files, invalid schedules
         return fail(error_message(exc), type(exc).__name__, json_mode, EXIT_BAD_INPUT)
-    except Exception as exc:  # a bug: one line, the traceback with -v
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback with -v
         if verbose:
             traceback.print_exc()
         return fail(f"internal error: {type(exc).__name__}: {error_message(exc)}"
