@@ -97,7 +97,8 @@ def scale(args: argparse.Namespace) -> None:
         cpu = time.process_time() - t0
         batches = sum(len(s.batches) for s in r.schedules)
         print(f"{gpus:6d} {cpu:8.1f} {len(r.decision_s):9d} {r.metrics['scheduling_decision_p99_s'] * 1e3:10.2f}ms "
-              f"{100 * r.metrics['decision_share_p99_short']:14.3f}% {100 * r.metrics['decision_share_p99_long']:13.3f}% "
+              f"{100 * r.metrics['decision_share_p99_short']:14.3f}% "
+              f"{100 * r.metrics['decision_share_p99_long']:13.3f}% "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:11.2f} {cpu / batches / per_batch:16.2f}",
               flush=True)
 

@@ -11,8 +11,9 @@ result, and is left out.
     python benchmarks/cluster_identity.py --check before.json       # exit 1 and the differing parts if any
 
 Cases: ``sim`` (the single-replica simulator, whose replica runner the cluster shares: a few
-workloads and schedulers, with and without fast-forward), ``tests`` (the runs of tests/cluster), ``nb08`` (notebook 08's SMALL mode: capacity, eight
-policies, the 8- and 16-GPU scalability runs), ``scale`` (benchmarks/cluster_bench.py ``--scale 256,1024``),
+workloads and schedulers, with and without fast-forward), ``tests`` (the runs of tests/cluster),
+``nb08`` (notebook 08's SMALL mode: capacity, eight policies, the 8- and 16-GPU scalability runs),
+``scale`` (benchmarks/cluster_bench.py ``--scale 256,1024``),
 ``bench`` (benchmarks/cluster_bench.py's defaults: the hour on 32 GPUs, FIFO and PecSched), ``registry``
 (every registered scheduler on four small single-replica cases and every registered cluster policy on a
 small cluster: a refusal is digested as its exception type and message, so it must stay the same too).

@@ -246,7 +246,7 @@ def speed(ctx: Ctx) -> dict[str, Any]:
         if case.op in ("merge", "merge2"):
             from infermax.kernels.merge import merge_states_multi_reference
             label, baseline_s = "torch reference (no SDPA equivalent)", timer(
-                lambda: merge_states_multi_reference(x["o"], x["lse"]))
+                lambda x=x: merge_states_multi_reference(x["o"], x["lse"]))
         kind, amount = _work(ctx, case, x)
         peak = info["peak_flops"] if kind == "flops" else info["hbm_bytes_per_s"]
         limit_s = amount / peak if peak else None

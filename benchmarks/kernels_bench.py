@@ -63,7 +63,8 @@ def _paged_batch(context_lens, query_lens, num_q_heads, num_kv_heads, head_dim, 
     cu_all = torch.tensor([0] + seq_lens).cumsum(0).to(torch.int32)
     total = sum(seq_lens)
     write_kv(k_cache, v_cache, table, cu_all, torch.zeros(len(seq_lens), dtype=torch.int32),
-             torch.randn(total, num_kv_heads, head_dim, generator=gen), torch.randn(total, num_kv_heads, head_dim, generator=gen))
+             torch.randn(total, num_kv_heads, head_dim, generator=gen),
+             torch.randn(total, num_kv_heads, head_dim, generator=gen))
     q = torch.randn(sum(query_lens), num_q_heads, head_dim, generator=gen).to(dtype)
     cu = torch.tensor([0] + list(query_lens)).cumsum(0).to(torch.int32)
     ctx = torch.tensor(context_lens, dtype=torch.int32)

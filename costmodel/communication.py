@@ -180,18 +180,6 @@ def ulysses_sp_attention_volume(seg: float, hidden: int, heads: int, kv_heads: i
     return 2 * seg * qkv * (gpus - 1) + (hidden * qkv + hidden**2) * gpus * (tp - 1) / tp
 
 
-def megatron_sp_attention_flops(seg: float, hidden: int, heads: int, kv_heads: int, head_dim: int, tp: int) -> float:
-    """pecsched §5.3: 2·s·d·(N_h + N_h^KV)·d_h/T + 4·(s·T)²·d/T + 2·s·d² per GPU."""
-    qkv = 2 * seg * hidden * (heads + kv_heads) * head_dim / tp
-    return qkv + 4 * (seg * tp) ** 2 * hidden / tp + 2 * seg * hidden**2
-
-
-def ulysses_sp_attention_flops(seg: float, hidden: int, heads: int, kv_heads: int, head_dim: int, gpus: int) -> float:
-    """pecsched §5.3: 2·s·d·(N_h + N_h^KV)·d_h + 4·(s·G)²·d/G + 2·s·d² per GPU."""
-    qkv = 2 * seg * hidden * (heads + kv_heads) * head_dim
-    return qkv + 4 * (seg * gpus) ** 2 * hidden / gpus + 2 * seg * hidden**2
-
-
 def megatron_sp_mlp_volume(seg: float, hidden: int, tp: int, gpus: int) -> float:
     """pecsched §5.3, MLP stage with Megatron SP: 2·s·d·(T−1)·G (computation 16·s·d² per GPU)."""
     return 2 * seg * hidden * (tp - 1) * gpus
@@ -313,8 +301,4 @@ def csa_kv_fractions(seq_len: int, segment_tokens: int, num_levels: int, drop_ra
         own = queries * (queries + 1) // 2
         attended, attended_dense = attended + own + queries * kept, attended_dense + own + queries * dense
     return CsaFractions(moved=moved / moved_dense if moved_dense else 1.0, attended=attended / attended_dense)
-
-
-def is_intra_node(num_gpus: int, gpu: GpuSpec) -> bool:
-    return num_gpus <= gpu.gpus_per_node
 

@@ -29,8 +29,9 @@ from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 
 from . import backends
-from .budget import (BUILD_SHARE, LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE, MILP_RESERVE_WITH_TABLE,
-                     MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE, PROBE_CAP_S, PROBE_SHARE,
+from .budget import (BUILD_SHARE, LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE,
+                     MILP_RESERVE_WITH_TABLE, MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE,
+                     PROBE_CAP_S, PROBE_SHARE,
                      REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
                      INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted, ModelTooLarge)
 from .backends import SolveStatus

@@ -278,8 +278,8 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
         bound = as_throughput(workload, bound)
     gap = relative_gap(value, bound, objective)
     status = SolveStatus.OPTIMAL if found.is_complete and is_within(gap, rel_gap) else SolveStatus.FEASIBLE
-    info = {"method": "search", "bound_method": "search", "solution_from": source, "solver_status": "complete" if found.is_complete
-            else "stopped", "solver_wall_s": found.wall_s, "search": {
+    info = {"method": "search", "bound_method": "search", "solution_from": source,
+            "solver_status": "complete" if found.is_complete else "stopped", "solver_wall_s": found.wall_s, "search": {
                 "expanded": found.num_expanded, "generated": found.num_generated, "value_s": found.value_s,
                 "complete": found.is_complete, "trajectory_lp": found.trajectory_lp, **extra}}
     if found.value_s is not None:

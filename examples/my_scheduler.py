@@ -1,4 +1,4 @@
-"""A scheduler written outside infermax, for `infermax bound` (see README, "Check your scheduler").
+"""A scheduler written outside infermax, for `infermax bound` (docs/howto/bound.md, "Bound your scheduler").
 
 Decodes every running request, then admits waiting requests shortest prompt
 first, whole prompts only, reserving each one's peak KV (I + O - 1) so that it

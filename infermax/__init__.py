@@ -11,7 +11,7 @@ functions, each exported from the module (or subpackage) of the same name; those
 modules stay importable by name: ``from infermax.sweep import run_cells``,
 ``from infermax.execute.validation import validate``.
 """
-from . import workload_spec   # installs the grammar behind Workload.from_spec before anything reads a spec
+from . import workload_spec  # noqa: F401 - installs the grammar behind Workload.from_spec before a spec is read
 from . import schedulers
 from .engine import SchedulerStuckError, SimResult, simulate
 from .execute import execute
@@ -25,7 +25,8 @@ from .sweep import sweep
 from .trace import Trace
 from .types import Batch, Limits, Request, Schedule, Workload
 
-__all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lower_bound", "solve_optimal", "Limits", "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
+__all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lower_bound", "solve_optimal", "Limits",
+           "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
            "Trace", "Workload", "execute", "metrics", "metrics_by_tag", "register_scheduler", "replay", "schedulers",
            "simulate", "starvation", "sweep"]
 __version__ = "0.1.0"

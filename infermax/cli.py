@@ -2,7 +2,7 @@
 
     infermax simulate [--scheduler vllm,sarathi] [--workload fixed:I=1024,O=1024,B=1024]
                       [--limits M=100000,C=4096] [--cost default] [--out DIR] [--json] [-q]
-    infermax schedulers [--json]
+    infermax schedulers [--json]          (the replica schedulers, then the cluster policies)
     infermax replay DIR/schedule.json [--workload SPEC] [--limits ...] [--cost ...] [--json]
                     (a cluster schedule is judged by infermax.cluster.judge; its meta holds the limits)
 
@@ -204,9 +204,6 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
     from .types import Workload
 
     cluster = Cluster.from_spec(args.cluster)
-    if args.out:
-        raise ValueError("--out is not written for --cluster runs yet (per-replica schedules are in the Python "
-                         "result: infermax.cluster.simulate_cluster(...).schedules)")
     if args.limits and any(p.split("=")[0].strip() == "M" for p in args.limits.split(",")):
         raise ValueError(f"--limits {args.limits!r}: M comes from --cluster (each replica's KV capacity, "
                          f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
@@ -229,7 +226,10 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         raise ValueError(f"--scheduler mixes cluster policies ({', '.join(n for n, _ in runs)}) with replica "
                          f"schedulers ({', '.join(locals_)}); give replica schedulers with --local or --policy")
     for _, name in runs:
+        _check_cluster_name(name)
         get_scheduler(name)
+    if args.out:
+        out_dir(args.out)    # an --out that cannot be written fails before any work
     options = {k: v for k, v in (("sp_replicas", args.sp_replicas), ("decode_replicas", args.decode_replicas),
                                  ("colocate_tokens", args.colocate_tokens),
                                  ("kvp_group_tokens", args.kvp_group_tokens)) if v is not None}
@@ -259,6 +259,9 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
                         "num_preemptions": r.num_preemptions, "num_overtakes": r.num_overtakes,
                         "utilization": r.utilization.round(4).tolist()})
+        if args.out:       # written as each run finishes: a later failure or Ctrl-C keeps it
+            write_cluster_run(Path(args.out) / policy / name if len(runs) > 1 else Path(args.out), r, workload,
+                              details[-1])
     if args.json:
         print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
         return 0
@@ -270,19 +273,56 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
     if tags:
         print_table(tags, ("policy", "scheduler", "tag", "num_requests", "queueing_p50_s", "queueing_p99_s",
                            "throughput_rps", "jct_mean_s", "num_unserved_by_last_arrival", "num_suspensions"))
+    if args.out:
+        print(f"wrote {', '.join(CLUSTER_RUN_FILES)} under {args.out}"
+              f"{' (one POLICY/SCHEDULER folder per run)' if len(runs) > 1 else ''}")
     return 0
 
 
+CLUSTER_RUN_FILES = ("schedule.json", "workload.json", "cluster.json", "metrics.json")
+
+
+def write_cluster_run(out: Path, result: Any, workload: Any, details: Mapping[str, Any]) -> None:
+    """A cluster run directory: the cluster schedule (``infermax replay DIR/schedule.json`` judges it against
+    the workload.json beside it), the workload as run (arrivals after ``--load``), the cluster spec, the metrics."""
+    out = out_dir(out)
+    result.cluster_schedule().to_json(out / "schedule.json")
+    (out / "workload.json").write_text(json.dumps(workload.to_dict()))
+    (out / "cluster.json").write_text(dumps_json(result.cluster.describe()))
+    (out / "metrics.json").write_text(dumps_json(dict(details)))
+
+
+def _check_cluster_name(name: str) -> None:
+    """Under ``--cluster`` a name is a cluster policy or a replica scheduler: an unknown one lists both kinds."""
+    from difflib import get_close_matches
+
+    from .cluster import POLICIES
+    from .schedulers import available
+
+    base, _, rest = name.strip().partition(":")
+    known = available()
+    if base.strip() in known or base.strip() in POLICIES or rest.isidentifier():
+        return
+    near = get_close_matches(base.strip(), [*POLICIES, *known], n=1)
+    raise ValueError(f"unknown name {name!r} under --cluster{f' (did you mean {near[0]}?)' if near else ''}: "
+                     f"neither a cluster policy ({', '.join(POLICIES)}) nor a replica scheduler "
+                     f"({', '.join(known)}); `infermax schedulers` lists both")
+
+
 def cmd_schedulers(args: argparse.Namespace) -> int:
+    from .cluster.policies import describe_policies
     from .schedulers import describe_all
 
-    table = describe_all()
-    if args.json:
-        print(dumps_json(table))
+    table, policies = describe_all(), describe_policies()
+    if args.json:      # the replica schedulers by name, as before, and the cluster policies under one key
+        print(dumps_json({**table, "cluster_policies": policies}))
     else:
-        width = max(map(len, table))
+        width = max(map(len, [*table, *policies]))
         for name, doc in table.items():
             print(f"{name.ljust(width)}  {doc}")
+        print("\ncluster policies (with --cluster; each replica runs a scheduler above, --local):")
+        for name, doc in policies.items():
+            print(f"{name.ljust(width)}  [cluster] {doc}")
     return 0
 
 
@@ -335,9 +375,16 @@ def _replay_cluster(args: argparse.Namespace) -> int:
         raise ValueError("--limits does not apply to a cluster schedule: its meta holds the replicas' limits")
     try:
         schedule = ClusterSchedule.from_json(Path(args.schedule))     # (a field it cannot read: rule "format")
-        workload = args.workload or schedule.meta.get("workload")
+        beside = Path(args.schedule).parent / "workload.json"     # simulate --cluster --out writes it
+        workload = args.workload or (str(beside) if beside.is_file() else schedule.meta.get("workload"))
         if not workload:
-            raise ValueError("the cluster schedule's meta names no workload; pass --workload")
+            raise ValueError("the cluster schedule's meta names no workload and there is no workload.json beside "
+                             "it; pass --workload")
+        if not args.json:
+            source = "--workload" if args.workload else "beside the schedule" if beside.is_file() else \
+                "the schedule's meta"
+            print(f"judged against workload {workload} ({source}), cluster {schedule.meta.get('cluster')} "
+                  f"(the schedule's meta)")
         out = replay_cluster(schedule, workload, args.cost)
     except ClusterScheduleError as exc:
         if args.json:
@@ -368,7 +415,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="infermax", description=__doc__.split("\n")[0])
+    from . import __version__
+
+    parser = _Parser(prog="infermax", description="Simulate, judge, bound and solve LLM-inference schedules.")
+    parser.add_argument("--version", action="version", version=f"infermax {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details; tracebacks of "
                         "internal errors")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -383,7 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limits", default=None, help="e.g. M=100000,C=4096,P=512,R_max=128 (default M=100K, C=4096)")
     p.add_argument("--cost", default=None, help="cost model name or JSON path (default: A100 Llama-2-7B)")
     p.add_argument("--out", help="directory for schedule.json, workload.json, limits.json, cost.json, metrics "
-                   "and DataFrames (CSV); one subdirectory per scheduler when several")
+                   "and DataFrames (CSV); one subdirectory per scheduler when several. With --cluster: the "
+                   "cluster schedule, workload.json, cluster.json and metrics.json (POLICY/SCHEDULER folders "
+                   "when several runs); `infermax replay DIR/schedule.json` judges either")
     p.add_argument("--cluster", help="simulate on many replicas, e.g. a100:nodes=4,gpus_per_node=8,"
                    "model=mistral-7b-v0.3,tp=1 (M per replica from GPU memory; --scheduler is each replica's)")
     p.add_argument("--policy", help="with --cluster: global policies, comma separated (fifo, reservation, "
@@ -408,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("schedulers", help="list the registered schedulers")
+    p = sub.add_parser("schedulers", help="list the registered schedulers and the cluster policies")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_schedulers)
 
@@ -470,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     EXIT_INTERRUPTED)
     except (ValueError, OSError, ImportError) as exc:  # bad input, unreadable files, invalid schedules
         return fail(error_message(exc), type(exc).__name__, json_mode, EXIT_BAD_INPUT)
-    except Exception as exc:  # a bug: one line, the traceback with -v
+    except Exception as exc:  # noqa: BLE001 - a bug: one line, the traceback with -v
         if verbose:
             traceback.print_exc()
         return fail(f"internal error: {type(exc).__name__}: {error_message(exc)}"

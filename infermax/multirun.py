@@ -64,7 +64,7 @@ def run_each(names: Sequence[str], run: Callable[[str], Any]) -> Runs:
             return Runs(done, refused, interrupted=True)
         except ValueError as exc:
             refused.append(Refusal(name, one_line(str(exc))))
-        except Exception as exc:  # a bug in one scheduler must not throw away the others' results
+        except Exception as exc:  # noqa: BLE001 - a bug in one scheduler must not throw away the others' results
             refused.append(Refusal(name, f"internal error: {type(exc).__name__}: {one_line(str(exc))}",
                                    internal=True, traceback=traceback.format_exc()))
     return Runs(done, refused)

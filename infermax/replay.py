@@ -39,10 +39,3 @@ def replay(schedule: Schedule, workload: "Workload | str", limits: "Limits | str
                             f"{len(unfinished)} request(s) unfinished; request generated {int(state.gen[i])} "
                             f"of O = {int(state.output_lens[i])} tokens", int(workload.ids[i]))
     return recorder.finish(state)
-
-
-def replay_metrics(schedule: Schedule, workload: Any, limits: Any = None, cost: Any = None) -> dict[str, Any]:
-    """Convenience: metrics of the replayed schedule."""
-    from .metrics import metrics
-
-    return metrics(replay(schedule, workload, limits, cost))

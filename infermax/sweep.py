@@ -92,7 +92,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         else:
             row |= _solve(cell)
         row["error"] = None
-    except Exception as exc:  # a failing cell is a result, not a crash of the sweep
+    except Exception as exc:  # noqa: BLE001 - a failing cell is a result, not a crash of the sweep
         row["error"] = f"{type(exc).__name__}: {exc}"
     row["wall_s"] = time.perf_counter() - start
     return row
@@ -273,7 +273,7 @@ def _read(out: Path):
         raise ValueError(f"sweep out {str(out)!r} is a directory; give a .parquet file")
     try:
         old = pd.read_parquet(out)
-    except Exception as exc:  # pyarrow raises its own types for a file that is not parquet
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises its own types for a file that is not parquet
         raise ValueError(f"sweep out {str(out)!r} exists but is not a results table to resume from "
                          f"({type(exc).__name__}: {exc}); remove it or choose another out") from None
     if "cell_id" not in old:

@@ -44,7 +44,8 @@ def _results_path(args: argparse.Namespace, cfg) -> Path:
 
     out = Path(args.out or cfg.out or Path(args.config).with_suffix(".parquet"))
     if out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a directory; give the results file, e.g. {str(out / 'results.parquet')!r}")
+        raise ValueError(f"--out {str(out)!r} is a directory; give the results file, "
+                         f"e.g. {str(out / 'results.parquet')!r}")
     out_dir(out.parent)
     return out
 
@@ -111,7 +112,7 @@ def _where(df, expr: str | None):
         return df
     try:
         return df.query(expr)
-    except Exception as exc:  # pandas raises many types for a bad expression
+    except Exception as exc:  # noqa: BLE001 - pandas raises many types for a bad expression
         raise ValueError(f"--where {expr!r} is not a valid filter on columns {list(df.columns)}: "
                          f"{_first_line(exc)}") from None
 
@@ -134,7 +135,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         raise ValueError(f"results {str(path)!r} is a directory; give the .parquet (or .csv) `infermax sweep` wrote")
     try:
         df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    except Exception as exc:  # pyarrow and pandas raise their own types for a file they cannot read
+    except Exception as exc:  # noqa: BLE001 - pyarrow and pandas raise their own types for a file they cannot read
         raise ValueError(f"results {str(path)!r} is not a sweep results table ({type(exc).__name__}: "
                          f"{_first_line(exc)})") from None
     df = _where(df, args.where)

@@ -59,7 +59,8 @@ def _expand_grid(axis: str, grid: Mapping[str, Any], template: str | None) -> li
             try:
                 out.append(template.format(**point))
             except KeyError as exc:
-                raise ValueError(f"sweep config: {axis} template {template!r} names {exc} missing from its grid")
+                raise ValueError(f"sweep config: {axis} template {template!r} names {exc} missing from its "
+                                 f"grid") from None
         elif axis == "workloads":
             extra = {k: v for k, v in point.items() if k not in ("I", "O", "B")}
             missing = {"I", "O", "B"} - set(point)
@@ -149,7 +150,7 @@ class SweepConfig:
         from .csp.options import check_solve_options
 
         for i, block in enumerate(self.solver):
-            check_solve_options(block, where=f"sweep config: solver" + (f"[{i}]" if len(self.solver) > 1 else ""))
+            check_solve_options(block, where="sweep config: solver" + (f"[{i}]" if len(self.solver) > 1 else ""))
         for spec in self.costs:
             try:
                 get_cost_model(None if spec == "default" else spec)

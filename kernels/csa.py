@@ -18,8 +18,8 @@ the kept fraction with distance (above 1 for p < 1/2), contradicting "a higher
 level ... drops more unimportant tokens" and "tokens attended within a region
 roughly inversely proportional to the distance". We implement the halving keep
 ratio the prose describes; so even p = 0 keeps only half of the level-3 ring
-(the paper reports that a zero accuracy-loss budget still drops 22% of tokens). A ring keeps round(keep_v * ring size) keys, ties
-broken towards the earlier key. The rule lives in ``costmodel.communication``
+(the paper reports that a zero accuracy-loss budget still drops 22% of tokens). A ring keeps
+round(keep_v * ring size) keys, ties broken towards the earlier key. The rule lives in ``costmodel.communication``
 (:func:`csa_keep_ratios`, :func:`csa_rings`), which also prices it: the share of
 dense KV moved and attended is :func:`~infermax.costmodel.communication.csa_kv_fractions`.
 

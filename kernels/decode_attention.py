@@ -65,7 +65,8 @@ def decode_partials_reference(q, k_cache, v_cache, block_table, seq_lens, num_sp
 
 def decode_attention_split_reference(q, k_cache, v_cache, block_table, seq_lens, num_splits, scale=None):
     """Flash-decoding in plain PyTorch: partial states per split, then the multi-way merge."""
-    o, lse = merge_states_multi_reference(*decode_partials_reference(q, k_cache, v_cache, block_table, seq_lens, num_splits, scale))
+    partials = decode_partials_reference(q, k_cache, v_cache, block_table, seq_lens, num_splits, scale)
+    o, lse = merge_states_multi_reference(*partials)
     return o.to(q.dtype), lse
 
 
@@ -80,7 +81,8 @@ def _decode_partials_kernel(
     scale_log2, head_dim, num_q_heads, num_splits,
     stride_qs, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
     GROUP_SIZE: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, TILE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, TILE_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Grid (num_seqs, num_kv_heads, num_splits): the GROUP_SIZE query heads of one kv head over one split."""
     seq = tl.program_id(0)

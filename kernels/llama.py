@@ -138,7 +138,8 @@ class LlamaModel(nn.Module):
         """An empty paged cache shaped for this model, on its device and dtype."""
         w = self.embed.weight
         return PagedKVCache(num_layers=self.cfg.num_layers, num_blocks=num_blocks, block_size=block_size,
-                            num_kv_heads=self.cfg.num_kv_heads, head_dim=self.cfg.head_dim, dtype=w.dtype, device=w.device)
+                            num_kv_heads=self.cfg.num_kv_heads, head_dim=self.cfg.head_dim, dtype=w.dtype,
+                            device=w.device)
 
     def forward(self, input_ids, cu_seqlens, context_lens, block_table, kv_cache: PagedKVCache, backend="auto"):
         """One serving step.

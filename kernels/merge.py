@@ -118,7 +118,8 @@ def merge_states(o_a, lse_a, o_b, lse_b, backend: str = "auto") -> tuple[torch.T
         [num_tokens, num_heads], natural log, over the union of both key sets.
     """
     if o_a.shape != o_b.shape or lse_a.shape != lse_b.shape or lse_a.shape != o_a.shape[:2]:
-        raise ValueError(f"shape mismatch: o {tuple(o_a.shape)}/{tuple(o_b.shape)}, lse {tuple(lse_a.shape)}/{tuple(lse_b.shape)}")
+        raise ValueError(f"shape mismatch: o {tuple(o_a.shape)}/{tuple(o_b.shape)}, "
+                         f"lse {tuple(lse_a.shape)}/{tuple(lse_b.shape)}")
     if not use_triton(backend, o_a, lse_a, o_b, lse_b):
         return merge_states_reference(o_a, lse_a, o_b, lse_b)
     num_tokens, num_heads, head_dim = o_a.shape

@@ -37,7 +37,8 @@ def token_positions(cu_seqlens: torch.Tensor, context_lens: torch.Tensor) -> tup
     return seq_idx, context_lens.long()[seq_idx] + offset_in_seq
 
 
-def slot_mapping(block_table: torch.Tensor, seq_idx: torch.Tensor, positions: torch.Tensor, block_size: int) -> torch.Tensor:
+def slot_mapping(block_table: torch.Tensor, seq_idx: torch.Tensor, positions: torch.Tensor,
+                 block_size: int) -> torch.Tensor:
     """Flat slot index (block * block_size + offset), int64 [num_tokens]."""
     blocks = block_table.long()[seq_idx, positions // block_size]
     return blocks * block_size + positions % block_size
@@ -60,7 +61,8 @@ def write_kv(
     v_cache.view(num_blocks * block_size, num_kv_heads, head_dim)[slots] = v_new.to(v_cache.dtype)
 
 
-def gather_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table_row: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+def gather_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, block_table_row: torch.Tensor,
+              length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Contiguous copies of one sequence's first ``length`` keys and values: [length, num_kv_heads, head_dim] each."""
     block_size = k_cache.shape[1]
     positions = torch.arange(length, device=k_cache.device)

@@ -107,7 +107,8 @@ def _prefill_attention_kernel(
     scale_log2, head_dim, num_q_heads,
     stride_qt, stride_qh, stride_cb, stride_cs, stride_ch, stride_bt,
     GROUP_SIZE: tl.constexpr, PAGE_SIZE: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, TILE_DTYPE: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, TILE_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
 ):
     """Grid (num_seqs, num_q_heads, cdiv(max_chunk, BLOCK_M)): one tile of BLOCK_M queries of one head."""
     seq = tl.program_id(0)
@@ -158,7 +159,8 @@ def prefill_attention(q, k_cache, v_cache, block_table, cu_seqlens, context_lens
         raise ValueError("k_cache and v_cache must share one layout with contiguous head_dim")
     scale = default_scale(head_dim) if scale is None else scale
     if use_triton(backend, q, k_cache, v_cache, block_table):
-        o, lse = _launch(q, k_cache, v_cache, block_table, cu_seqlens, context_lens, scale, max_query_len, block_m, block_n)
+        o, lse = _launch(q, k_cache, v_cache, block_table, cu_seqlens, context_lens, scale, max_query_len, block_m,
+                         block_n)
     else:
         o, lse = prefill_attention_reference(q, k_cache, v_cache, block_table, cu_seqlens, context_lens, scale)
     return (o, lse) if return_lse else o

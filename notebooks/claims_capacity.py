@@ -123,7 +123,8 @@ def _(df: pd.DataFrame) -> Ours:
 @medha("§5.2, Fig. 15(b)", "With 5 % long requests Medha's median TTFT is up to 30x lower than LoongServe's",
        Effect(lo=30.0),
        "in infermax's A100 cost model a 1M-token prefill of Llama-3 8B takes ≈ 350 s on TP 8 × PP 2 (PP priced as "
-       "latency) and ≈ 230 s on LoongServe's six-instance striped ring: the 5 % long requests alone exceed the 16 GPUs' "
+       "latency) and ≈ 230 s on LoongServe's six-instance striped ring: the 5 % long requests alone exceed the "
+       "16 GPUs' "
        "prefill capacity from the lowest load on, so every system builds a backlog; Medha's slack-first scheduler "
        "keeps short requests moving past it (96-97 % served in the hour at every load) while LoongServe's "
        "first-come-first-served gangs queue them behind every long prefill (78 % served at 0.25 req/s, 12 % at "

@@ -129,7 +129,8 @@ def _(df):
        "our trace counts the KV held *during* a batch, including the prompt being prefilled (released right "
        "after when O = 1); the paper counts the KV held after the batch")
 def _(df):
-    kv = high(df)[(high(df)["O"] == 1) & (high(df)["I"] == high(df)["I"].max())].set_index("policy")["kv_utilization_mean"]
+    cells = high(df)
+    kv = cells[(cells["O"] == 1) & (cells["I"] == cells["I"].max())].set_index("policy")["kv_utilization_mean"]
     others = kv.drop("sarathi")
     return Ours(float(((others == 0) & (kv["sarathi"] > 0)).mean()),
                 f"Sarathi {kv['sarathi']:.3f}, others {others.min():.3f} .. {others.max():.3f} of M")
@@ -274,7 +275,8 @@ for _s, _M, _x, _cause in (
         ("vllm", 100, 2.2, ""), ("sarathi", 100, 2.3, ""),
         ("vllm", 1000, 1.2, "evicting helps vLLM less at M = 1K than in the paper's runs; not investigated"),
         ("sarathi", 1000, 1.3, "evicting helps Sarathi more at M = 1K than in the paper's runs; not investigated")):
-    @claim(NB3, "§4.4, Fig. 9", f"M = {_M if _M < 1000 else '1K'}: evictions raise {_s}'s TPS (vs {_s}-ef), up to {_x}x",
+    @claim(NB3, "§4.4, Fig. 9",
+           f"M = {_M if _M < 1000 else '1K'}: evictions raise {_s}'s TPS (vs {_s}-ef), up to {_x}x",
            Effect(lo=_x), _cause)
     def _(df, _s=_s, _M=_M, _x=_x):
         return peak(gain(df, _s, _M), majority=False)

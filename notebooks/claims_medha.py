@@ -2,9 +2,9 @@
 
 The results table (notebooks/medha_runs.py) has one row per cluster run, column ``experiment`` one of
 ``kvp`` (Fig. 11), ``spp`` (Fig. 9), ``spp_decode`` (Fig. 10), ``prefill_128`` (Figs. 7–8), ``tradeoff``
-(Fig. 13) and ``3d`` (Figs. 17–18). Every run executes its plan in the cluster engine (infermax/cluster/plans.py); the KVP merge
-term of the cost model was calibrated to Fig. 11 (costmodel/parallel.py), so the Fig. 11 rows check that the
-executed plan reproduces what the calibration priced, the other rows are predictions.
+(Fig. 13) and ``3d`` (Figs. 17–18). Every run executes its plan in the cluster engine (infermax/cluster/plans.py);
+the KVP merge term of the cost model was calibrated to Fig. 11 (costmodel/parallel.py), so the Fig. 11 rows check
+that the executed plan reproduces what the calibration priced, the other rows are predictions.
 """
 from __future__ import annotations
 

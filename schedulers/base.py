@@ -60,7 +60,7 @@ class Scheduler(ABC):
                              f"holds no whole block (Limits.block_size)")
         return limits.replace(block_size=want)
 
-    def reset(self, state: "ServingState") -> None:
+    def reset(self, state: "ServingState") -> None:  # noqa: B027 - an optional hook: most schedulers keep no state
         """Prepare for a run over ``state.workload`` (called once, before the first batch)."""
 
     @abstractmethod

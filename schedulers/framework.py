@@ -148,7 +148,8 @@ class GetNextBatch(Scheduler):
                              f"Limits.block_size = {lim.block_size}; run it through simulate, which applies it")
         if p.lookahead and lim.block_size > 1:
             raise ValueError(f"scheduler {self.name!r}: look-ahead admission predicts KV in tokens; "
-                             f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef variant)")
+                             f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef "
+                             f"variant)")
         self._bs = lim.block_size
         # each running request reserves its max(m, inp) tokens of KV (so a decoding one its m): token-granular
         # KV, evicting; then when every running request decodes, Σ reserved = Σ m = state.kv_used

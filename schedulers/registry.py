@@ -72,7 +72,7 @@ def accepted_options(factory: Callable[..., Any]) -> dict[str, inspect.Parameter
         if p.kind is inspect.Parameter.VAR_KEYWORD:
             try:
                 target = typing.get_type_hints(factory).get("return")
-            except Exception:  # an unresolvable annotation: nothing to look through
+            except Exception:  # noqa: BLE001 - an unresolvable annotation: nothing to look through
                 target = None
             inner = accepted_options(target) if inspect.isclass(target) else None
             if inner is None:

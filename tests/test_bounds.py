@@ -179,11 +179,12 @@ def test_every_objective_bound_stays_below_every_heuristic(inst):
 
     workload, limits = inst
     bounds = {obj: lower_bound(workload, limits, objective=obj, methods=("work", "lp", "requests"))
-              for obj in ("ttft", "completion", "tpot", "throughput") if obj != "tpot" or workload.output_lens.max() > 1}
+              for obj in ("ttft", "completion", "tpot", "throughput")
+              if obj != "tpot" or workload.output_lens.max() > 1}
     for name in ALL_SCHEDULERS:
         try:
             m = simulate(workload, name, limits).metrics
-        except Exception:      # a scheduler that refuses this instance proves nothing here
+        except Exception:  # noqa: BLE001 - a scheduler that refuses this instance proves nothing here
             continue
         for obj, b in bounds.items():
             if obj == "throughput":
@@ -195,7 +196,6 @@ def test_every_objective_bound_stays_below_every_heuristic(inst):
 def test_request_bounds_are_exact_for_a_lone_request():
     """One request with nothing to share: a one-token prompt and one output token is one prefill batch,
     and the bound is that batch's time (up to the safety margin)."""
-    cost = get_cost_model()
     w = Workload.from_lengths([1], [1])
     lim = Limits(M=4, C=4)
     m = simulate(w, "vllm", lim).metrics

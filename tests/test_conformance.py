@@ -32,7 +32,8 @@ answers the question it can:
 Cases come from whole-fill schedulers (every encoding reads them) and, for the judge, the
 per-request MILP and the relaxations, from chunked ones too (ids ``/chunked``); the default run
 takes one instance per rule, the slow run three more (ids ``#k``). Every failure message starts
-with ``[rule] encoding:``. The two inconsistencies they found (state.py, the external KV's blocks) are regression tests at the end.
+with ``[rule] encoding:``. The two inconsistencies they found (state.py, the external KV's blocks) are regression
+tests at the end.
 """
 from __future__ import annotations
 
@@ -260,7 +261,7 @@ def test_class_flow_milp(rule, k, chunked):
     elif rule in ("finished", "kv-freed"):            # structural: a done request is in no batch row
         done = {var.index for F in F0 for var in F.done}
         for family in ("agg-tokens", "agg-prefill", "agg-memory", "agg-running", "agg-count"):
-            for j, row in enumerate(_row_coefs(fm, family)):
+            for row in _row_coefs(fm, family):
                 assert not done & row.keys(), (f"[{rule}] flows: finished requests count in row {family} "
                                                 f"(their KV or tokens after completion)")
 
@@ -404,8 +405,8 @@ def test_relaxations(rule, k, chunked):
         if batchcount.is_applicable(lim):
             got.append(("csp.search.batchcount.min_batch_count", batchcount.min_batch_count(w, lim).num_batches, n))
         bad = _own_packing(w, s, lim)
-        assert not bad, (f"[{rule}] relaxations: csp.search.batchcount.packing_model rejects the schedule's own packing: "
-                         f"{bad[0]}")
+        assert not bad, (f"[{rule}] relaxations: csp.search.batchcount.packing_model rejects the schedule's own "
+                         f"packing: {bad[0]}")
     for name, bound, value in got:
         assert bound <= value * (1 + 1e-9), (f"[{rule}] relaxations: {name} = {bound!r} exceeds the value "
                                               f"{value!r} of a schedule that obeys every rule")

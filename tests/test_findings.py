@@ -136,7 +136,8 @@ def test_high_contention_is_a_scenario_with_frequent_evictions(heavy):
 
 
 def test_eviction_free_trades_ttft_for_tpot(heavy):
-    # §4.3: eviction-free variants have lower TPOT, vLLM's also higher TPS (Sarathi's TPS claim differs: see FINDINGS.md)
+    # §4.3: eviction-free variants have lower TPOT, vLLM's also higher TPS
+    # (Sarathi's TPS claim differs: see FINDINGS.md)
     assert heavy["vllm-ef"]["tps"] > heavy["vllm"]["tps"]
     for name in ("vllm", "sarathi"):
         assert heavy[f"{name}-ef"]["tpot_mean_s"] < heavy[name]["tpot_mean_s"]

@@ -22,7 +22,8 @@ from test_walls import ROOT, package_dirs
 
 
 def _field_names(cls: ast.ClassDef) -> set[str]:
-    return {node.target.id for node in cls.body if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+    return {node.target.id for node in cls.body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
 
 
 def _rewrites(method: ast.FunctionDef, names: set[str]) -> list[tuple[str, int]]:

@@ -85,7 +85,8 @@ def tiny_instance(seed: int) -> Instance:
 
 
 #: the issue's reproducers (issue 18 §1) and the oracle's reference optima under the default model (re-measured when
-#: prefill attention became causal, issue 19: issue-c1-a by hand, 4 x f(1) + 2 (prefill bias + 1 pair) + 2 decodes of 2 KV)
+#: prefill attention became causal, issue 19: issue-c1-a by hand, 4 x f(1) + 2 (prefill bias + 1 pair) + 2 decodes
+#: of 2 KV)
 ISSUE = {
     "issue-ttft": (Instance("issue-ttft", Workload.from_lengths([3, 3], [2, 2]), Limits(M=4, C=1, P=1)),
                    "ttft", 0.040428),

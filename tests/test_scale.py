@@ -60,7 +60,7 @@ def online_instances(draw):
 def _run(workload, name, limits):
     try:
         return simulate(workload, name, limits)
-    except Exception as exc:           # a refusal must be the same refusal
+    except Exception as exc:  # noqa: BLE001 - a refusal must be the same refusal
         return f"{type(exc).__name__}: {exc}"
 
 

@@ -134,7 +134,8 @@ def test_every_kind_of_broken_wall_is_named_with_its_file_and_line(tmp_path):
         "infermax/serve.py": "from vllm import LLM\n",
         "csp/__init__.py": "",
         "csp/warm.py": "import math\n\n\ndef f():\n    from infermax.schedulers import available\n",
-        "csp/lp.py": "class LP:\n    def solve(self):\n        try:\n            import highspy\n        except ImportError:\n"
+        "csp/lp.py": "class LP:\n    def solve(self):\n        try:\n            import highspy\n"
+                     "        except ImportError:\n"
                      "            from ortools.linear_solver import pywraplp\n",
         "costmodel/__init__.py": "",
         "costmodel/prof.py": "from infermax.execute.forward import Packed\n",

@@ -58,7 +58,8 @@ def test_azure_trace_format(tmp_path):
 
 @pytest.mark.parametrize("body,match", [
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,12,x\n", r"line 2: malformed row"),
-    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,12,3\n1.0,0,3\n", r"line 3: num_prefill_tokens must be >= 1, got 0"),
+    ("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,12,3\n1.0,0,3\n",
+     r"line 3: num_prefill_tokens must be >= 1, got 0"),
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,12\n", r"line 2: malformed row"),
     ("time,a,b\n0,1,1\n", r"header .* matches neither"),
     ("arrived_at,num_prefill_tokens,num_decode_tokens\n", r"no request rows"),

@@ -64,7 +64,7 @@ def add_class_flows(fm: Formulation, dominance: bool, dff_ks: int = 3) -> None:
     (:func:`_link_batch`) and state by state (:func:`_link_states`), its share of each batch's loads
     (:func:`_add_loads`); then the per-batch rows on the summed loads (:func:`_add_batch_rows`).
     """
-    m, v, J = fm.model, fm.v, fm.horizon
+    v, J = fm.v, fm.horizon
     evictable = fm.policy.allow_eviction
     ks = _dff_family(fm, dff_ks)
     fm.info["flow_dff_ks"] = ks

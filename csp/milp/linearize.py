@@ -149,11 +149,3 @@ def _exact_product(out: Model, z: int, x: int, y: int, family: str, sense: str) 
         for b, (bit, u) in enumerate(zip(bits, parts)):
             out.hint[bit.index] = float((val >> b) & 1)
             out.hint[u.index] = float((val >> b) & 1) * out.hint[y]
-
-
-def complete_hint(model: Model, hint: dict[int, float]) -> np.ndarray:
-    """A full vector from a partial hint (unset entries at the value nearest 0 within bounds)."""
-    x = np.clip(np.zeros(model.num_vars), model.lb, model.ub)
-    for k, val in hint.items():
-        x[k] = val
-    return x

@@ -231,7 +231,7 @@ class Model:
         e = rel.expr
         items = [(k, v) for k, v in e.terms.items() if v != 0.0]
         lits = tuple((v.index, int(val)) for v, val in enforce)
-        for k, val in lits:
+        for k, _val in lits:
             if not self.is_bool(k):
                 raise ValueError(f"{family}: enforcement literal {self.names[k]} is not boolean")
         lb, ub = rel.lb - e.constant, rel.ub - e.constant
@@ -293,10 +293,3 @@ class Model:
                 "indicators": sum(1 for r in self.rows if r.enforce),
                 "products": len(self.products),
                 "nonzeros": int(sum(r.vars.size for r in self.rows))}
-
-    def families(self) -> dict[str, int]:
-        """Row count per constraint family."""
-        out: dict[str, int] = {}
-        for r in self.rows:
-            out[r.family] = out.get(r.family, 0) + 1
-        return out

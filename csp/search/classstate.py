@@ -162,7 +162,8 @@ class ClassStateSpace:
             L = I + t
             item = self.decode_kv_s * L + self.request_s
             if self.evict and t > 0:      # a resident item may be refilled instead: never cheaper (is_applicable)
-                item = min(item, self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + b_min * (L - 1) + self.request_s)
+                item = min(item, self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + b_min * (L - 1)
+                           + self.request_s)
             kv, tok, other = out[t + 1]
             out[t] = (kv + L, tok + 1, other + item)
         return out
@@ -236,7 +237,8 @@ class ClassStateSpace:
                     kv += w * (L + kv_t)
                     tok += w * (L + tok_t)
                     items += w * (O - t)
-                    other += w * (self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + self.request_s + other_t)
+                    other += w * (self.prefill_attn_s * self.fill_work(L) + self.prefill_token_s * L + self.request_s
+                                  + other_t)
                     fill_kv += w * L
                     longest_decode = max(longest_decode, O - t - 1)
                 if r:

@@ -18,10 +18,10 @@ with exactly Y non-empty batches is a solution (integer λ, s = o = 0, u and v i
 indicators), so the LP value bounds it from below. The priced slacks s and o keep every restricted
 LP feasible, whatever its columns: the first columns (paths that never pause) cannot meet C, P or
 R_max on their own when the optimum needs a request evicted and refilled (three requests of I = 1,
-O = 2 under M = 4, R_max = 2 in three batches), and an infeasible restricted LP has no prices. Unlike the class-state bound, the LP prices
-residency: a request that pauses either holds its KV or is evicted and pays its refill. Paths are
-priced by column generation — a shortest path over slots and batches (:meth:`TrajectoryLP.paths`) —
-and the LP is solved by GLOP (:mod:`.backends.lp`).
+O = 2 under M = 4, R_max = 2 in three batches), and an infeasible restricted LP has no prices. Unlike the
+class-state bound, the LP prices residency: a request that pauses either holds its KV or is evicted and pays
+its refill. Paths are priced by column generation — a shortest path over slots and batches
+(:meth:`TrajectoryLP.paths`) — and the LP is solved by GLOP (:mod:`.backends.lp`).
 
 The prices say more than the root bound. Relaxing every batch row with prices y of the right sign
 leaves one shortest-path problem per request, so for any state s after k batches, and Y in all::
@@ -143,7 +143,7 @@ class TrajectoryLP:
 
     def add(self, path: _Path) -> None:
         """A column for ``path``: its KV, tokens and indicators in each batch, its item costs."""
-        sp, R = self.sp, self.rows
+        R = self.rows
         coefs: dict = {}
         cost = 0.0
 

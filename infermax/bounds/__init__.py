@@ -273,4 +273,5 @@ def _search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | 
 
 from .check import CheckResult, check_scheduler  # noqa: E402  (uses lower_bound)
 
-__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "cheap_methods", "lower_bound", "parse_objective"]
+__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "cheap_methods", "lower_bound",
+           "parse_objective"]

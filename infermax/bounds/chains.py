@@ -118,7 +118,8 @@ def _tents(D: np.ndarray) -> list[tuple[float, int]]:
     integers — a convex sequence, whose second differences are the a_j."""
     hull: list[int] = []
     for x in range(D.size):
-        while len(hull) >= 2 and (D[hull[-1]] - D[hull[-2]]) * (x - hull[-2]) >= (D[x] - D[hull[-2]]) * (hull[-1] - hull[-2]):
+        while len(hull) >= 2 and \
+                (D[hull[-1]] - D[hull[-2]]) * (x - hull[-2]) >= (D[x] - D[hull[-2]]) * (hull[-1] - hull[-2]):
             hull.pop()
         hull.append(x)
     segments = list(zip(hull[:-1], hull[1:]))

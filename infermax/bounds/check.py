@@ -81,11 +81,13 @@ class CheckResult:
         return (self.value_s - self.bound_s) / self.value_s if self.value_s else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler, "exit_code": self.exit_code, "valid": None if self.exit_code == REFUSED else self.exit_code != INVALID,
+        return {"scheduler": self.scheduler, "exit_code": self.exit_code,
+                "valid": None if self.exit_code == REFUSED else self.exit_code != INVALID,
                 "objective": self.objective, "value_s": self.value_s, "claimed_value_s": self.claimed_value_s,
                 "latency_s": self.latency_s, "claimed_latency_s": self.claimed_latency_s, "bound_s": self.bound_s,
                 "bound_method": self.bound_method, "bound_values": self.bound_values, "optimum_s": self.optimum_s,
-                "optimum_note": self.optimum_note, "certified_gap": self.gap, "error": self.error, "metrics": self.metrics}
+                "optimum_note": self.optimum_note, "certified_gap": self.gap, "error": self.error,
+                "metrics": self.metrics}
 
 
 def _label(scheduler: Any, schedule: Schedule | None) -> str:

@@ -31,7 +31,8 @@ from infermax.types import Limits, Workload
 _FEATURES = 4  # per-path totals: KV footprint, tokens, prefill tokens, batches held
 
 
-def fill_table(co: LinearCoefficients, per_token_s: float, mu: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+def fill_table(co: LinearCoefficients, per_token_s: float, mu: np.ndarray,
+               max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """Cheapest fill of every length 0..max_len from an empty cache, and its feature totals.
 
     A chunk from m to e does causal work (e - m)·m + (e - m)(e - m + 1)/2 = (e² + e - m² - m)/2, so

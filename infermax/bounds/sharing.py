@@ -205,7 +205,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     lo_s = max(float(per_part.min()), 1e-9)
     sigmas = np.geomspace(lo_s, max(2 * members * float(per_part.max()), 4 * lo_s), NUM_TANGENTS)
     prices = [np.eye(R)[0]] + [np.eye(R)[4 + j] for j in range(nl)]
-    for (a, b), r in zip(lines, r_line):
+    for (_a, b), r in zip(lines, r_line):
         for sM, sC in ((0.0, 0.0),) + SHARES:
             prices.append(np.array([0.0, b + sC * r / limits.C, 1.0, sM * r / limits.M] + [0.0] * nl))
     for w in range(num_windows):
@@ -216,7 +216,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
                                                        [math.sqrt(n / r_max) * dw] * nl) / scale
         upper[col(w, DD)], upper[col(w, Z)] = n, n * dw
         upper[col(w, CUM):col(w, CUM) + R] = done_by_cap(v, a_s, hi, r_max, limits, nl) / scale   # change 3
-        for (a, b), r in zip(lines, r_line):                            # time
+        for (_a, b), r in zip(lines, r_line):                            # time
             le([(col(w, H), r), (col(w, RES + 1), b * scale[1]), (col(w, RES + 2), scale[2])], dw)
         le([(col(w, RES + 3), scale[3]), (col(w, H), -float(limits.M))], 0.0)   # KV
         le([(col(w, RES + 1), scale[1]), (col(w, H), -float(limits.C))], 0.0)   # tokens

@@ -10,8 +10,8 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
   when each instance holds enough tokens to hide the KV rotation behind its
   attention: medha.txt §2.2 quotes 24.5K tokens on A100 with InfiniBand), capped
   by the prefill pool (or ``sp_replicas``). It starts on at least
-  ``ceil(k_target / 2)`` free instances and takes up to ``k_target`` of them, filling the nodes with the most free instances
-  first (:func:`choose_elastic`). A request with ``k_target = 1`` (every short
+  ``ceil(k_target / 2)`` free instances and takes up to ``k_target`` of them, filling the nodes with the most
+  free instances first (:func:`choose_elastic`). A request with ``k_target = 1`` (every short
   request) is prefilled whole (no chunking) by one instance's local scheduler,
   batched with the other prompts there. The global queue is first come, first
   served and a prefill is never preempted: a long request waiting for instances

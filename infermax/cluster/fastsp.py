@@ -107,8 +107,8 @@ def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring
     ring_bw = (cluster.gpu_bandwidth(False) * (g if not ring_only else cluster.replica_gpus) if nodes > 1
                else cluster.gpu.nvlink_bandwidth * cluster.replica_gpus)
     ring_s = L * (ring_bytes / ring_bw + DEFAULT_LATENCY_S) if hops > 1 else 0.0
-    combos = [("ring-striped" if striped else "ring", "megatron")] if ring_only else [(a, f) for a in ("megatron", "ulysses")
-                                                        for f in ("megatron", "ulysses")]
+    combos = [("ring-striped" if striped else "ring", "megatron")] if ring_only else \
+        [(a, f) for a in ("megatron", "ulysses") for f in ("megatron", "ulysses")]
     plans = []
     for attn, mlp in combos:
         if ring_only:     # every replica keeps its TP (Megatron inside the replica)

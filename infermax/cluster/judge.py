@@ -381,7 +381,7 @@ def _records(workload: Workload, runs: list[_Run], gangs: list[JudgedGang], on_g
         requests[key] = sum(run.trace.requests[key] for run in runs)
     served = np.zeros(n, dtype=np.int64)
     finished = np.zeros(n, dtype=np.int64)
-    for r, run in enumerate(runs):
+    for run in runs:
         mine = np.fromiter(run.dispatched, dtype=np.int64, count=len(run.dispatched))
         served[mine] += 1
         for key in ("first_scheduled_s", "first_token_s", "completion_s"):

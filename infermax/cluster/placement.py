@@ -56,7 +56,7 @@ def choose_gang(cluster: Cluster, k: int, queue_tokens: np.ndarray, eligible: np
         by_node.setdefault(cluster.replicas[int(r)].node, []).append(int(r))
     if sum(len(v) for v in by_node.values()) < k:
         return None
-    for node, reps in by_node.items():
+    for reps in by_node.values():
         reps.sort(key=lambda r: (queue_tokens[r], r))
     single = [(sum(queue_tokens[r] for r in reps[:k]), node) for node, reps in by_node.items() if len(reps) >= k]
     if single:

@@ -118,6 +118,38 @@ POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
 DECODE_REPLICAS = {"mistral-7b-v0.3": 4, "phi3-14b": 4, "yi-34b": 1, "llama3.1-70b": 1}
 
 
+_FLAGS = {"preempt_prefill": "short requests preempt long prefills", "disaggregate": "decodes disaggregated",
+          "colocate": "long decodes colocated with short work", "fast_sp": "fast SP",
+          "elastic": "elastic prefill gangs", "scale_down": "KV scaled down to a decode pool",
+          "striped": "striped ring attention"}
+_VALUES = {"plan": "executed plan {}", "local": "replicas run {} unless --local", "csps": "CSPS {}"}
+
+
+def _shown(value: Any) -> str:
+    if hasattr(value, "__dataclass_fields__"):
+        return ", ".join(f"{f}={getattr(value, f)}" for f in value.__dataclass_fields__)
+    return str(value)
+
+
+def describe_policies() -> dict[str, str]:
+    """One line per cluster policy name (aliases included), read from its fields: ``infermax schedulers``
+    lists them beside the replica schedulers."""
+    out = {}
+    for name in POLICIES:
+        if name in _ALIASES:
+            out[name] = f"the PecSched paper's name for {_ALIASES[name]}"
+            continue
+        policy, parts = _POLICIES[name], []
+        for field, default in ((f, getattr(ClusterPolicy(name, policy.queue), f)) for f in policy.__dataclass_fields__):
+            value = getattr(policy, field)
+            if field in ("name", "queue") or value == default:
+                continue
+            parts.append(_FLAGS.get(field, field) if value is True
+                         else _VALUES.get(field, field + " {}").format(_shown(value)))
+        out[name] = f"global queue {policy.queue}" + "".join(f"; {p}" for p in parts)
+    return out
+
+
 def get_policy(name: "str | ClusterPolicy") -> ClusterPolicy:
     """The policy called ``name`` (or its PecSched-paper alias); a clear error otherwise."""
     if isinstance(name, ClusterPolicy):

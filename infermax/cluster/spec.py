@@ -117,7 +117,7 @@ class Cluster:
         if g > self.num_gpus:
             raise ValueError(f"a replica needs {g} GPUs ({self.cost_plan.to_text()}) but the cluster has "
                              f"{self.num_gpus} ({self.nodes} nodes x {per_node})")
-        self.replicas   # fail now, with the capacity's message, if the weights do not fit
+        _ = self.replicas   # fail now, with the capacity's message, if the weights do not fit
 
     # --- parsing ---------------------------------------------------------------------------
     @classmethod
@@ -220,12 +220,6 @@ class Cluster:
         reps = self.replicas
         return reps[a].node == reps[b].node and self.replica_gpus <= self.gpus_per_node
 
-    def replicas_by_node(self) -> dict[int, tuple[int, ...]]:
-        out: dict[int, list[int]] = {}
-        for r in self.replicas:
-            out.setdefault(r.node, []).append(r.index)
-        return {n: tuple(v) for n, v in out.items()}
-
     # --- links -----------------------------------------------------------------------------
     def gpu_bandwidth(self, intra_node: bool) -> float:
         """Bytes/s one GPU sends over the link class (NVLink inside a node, its network share across)."""
@@ -272,7 +266,8 @@ class Cluster:
         return get_cost_model(self.cost_model_name())
 
     def describe(self) -> dict[str, Any]:
-        return {"spec": self.to_spec(), "cost_model": self.cost_model_name(), "gpu": self.gpu.name, "model": self.model.name, "nodes": self.nodes,
+        return {"spec": self.to_spec(), "cost_model": self.cost_model_name(), "gpu": self.gpu.name,
+                "model": self.model.name, "nodes": self.nodes,
                 "gpus_per_node": self.gpus_per_node, "num_gpus": self.num_gpus,
                 "plan": self.plan.to_text() + (f",spp={self.spp}" if self.spp > 1 else ""),
                 "num_replicas": self.num_replicas, "replica_kv_capacity_tokens": self.replica_kv_capacity_tokens,

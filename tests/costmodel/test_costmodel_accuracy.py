@@ -56,7 +56,7 @@ def test_composed_batches_sum_their_measurements():
     na = dict(zip(data.nonattn_tokens.tolist(), data.nonattn_s.tolist()))
     batches = compose_batches(data, np.random.default_rng(0), per_kind=30)
     assert len(batches) == 90
-    for tokens, kv, is_decode, measured in batches:
+    for tokens, _kv, _is_decode, measured in batches:
         assert measured > na[int(tokens.sum())]          # non-attention at exactly N, plus attention
 
 
@@ -98,7 +98,7 @@ def test_lm_head_rows_enter_composed_batches_and_cross_validation():
         decode_s=truth.decode_s(data.decode_batch * (data.decode_kv + 1.0)),
         prefill_s=truth.prefill_s(prefill_attention_work(data.prefill_chunk, data.prefill_kv)))
     na = dict(zip(rows.tolist(), exact.nonattn_s.tolist()))
-    for tokens, kv, is_decode, measured in compose_batches(exact, np.random.default_rng(0), per_kind=10):
+    for tokens, _kv, _is_decode, measured in compose_batches(exact, np.random.default_rng(0), per_kind=10):
         assert measured > na[int(tokens.sum())] + 1e-3 + 2e-5 * tokens.size * (1 - 1e-9)
     stats = cross_validate(exact, lambda d: fit_operators(d), k=4).stats()
     assert stats["batch"]["max_ape"] < 1e-6 and stats["non_attention"]["median_ape"] < 1e-6

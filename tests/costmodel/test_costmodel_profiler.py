@@ -48,7 +48,8 @@ def test_laps_add_up_to_the_whole_pass():
     net = _Net(spec, "cpu", 0, num_blocks=64, max_positions=256)
     mixed = net.batch(np.array([1, 1, 1, 32]), np.array([40, 70, 15, 64]), np.array([True, True, True, False]))
     with torch.inference_mode():
-        (samples,) = _time_passes(net, [mixed], repeats=2, warmup=1, clock=lambda ticks=itertools.count(): float(next(ticks)))
+        (samples,) = _time_passes(net, [mixed], repeats=2, warmup=1,
+                                  clock=lambda ticks=itertools.count(): float(next(ticks)))
     expected = {"emb", "lm_head", "attn_decode", "attn_prefill", "attn_kv_cache_save", "attn_input_reshape",
                 "attn_output_reshape", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj",
                 "post_attention_layernorm", "mlp_up_proj", "mlp_act", "mlp_down_proj", "add", "total"}

@@ -1,4 +1,5 @@
-"""The configuration LP (csp/search/configlp.py): its knapsack, its bound against the trajectory LP's and the optimum."""
+"""The configuration LP (csp/search/configlp.py): its knapsack, its bound against the trajectory LP's and the
+optimum."""
 from __future__ import annotations
 
 import itertools

@@ -20,7 +20,8 @@ def test_cpsat_bound_does_not_cut_off_a_feasible_online_schedule():
     w = Workload.from_lengths([1, 3], [3, 4], [0.0, 0.0062])
     lim, cost = Limits(M=8, C=2, P=2), get_cost_model()
     best = Schedule(batches=(Batch(ids=[1], tokens=[2], not_before_s=0.0062), Batch(ids=[0, 1], tokens=[1, 1]),
-                             Batch(ids=[0, 1], tokens=[1, 1]), Batch(ids=[0, 1], tokens=[1, 1]), Batch(ids=[1], tokens=[1])))
+                             Batch(ids=[0, 1], tokens=[1, 1]), Batch(ids=[0, 1], tokens=[1, 1]),
+                             Batch(ids=[1], tokens=[1])))
     assert metrics(replay(best, w, lim, cost))["latency_s"] == pytest.approx(ORACLE_OPTIMUM_S, rel=1e-12)
     res = solve_optimal(w, lim, cost, objective="latency", backend="cpsat", time_limit_s=60)
     assert res.bound is not None and res.bound <= ORACLE_OPTIMUM_S

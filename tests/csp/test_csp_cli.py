@@ -66,7 +66,8 @@ def test_solve_out_replays_on_its_own(tmp_path, capsys):
         json.loads((out / "result.json").read_text())["objective"], rel=1e-12)
 
 
-@pytest.mark.parametrize("flag,value,field", [("--time-limit", "nan", "time_limit_s"), ("--time-limit", "0", "time_limit_s"),
+@pytest.mark.parametrize("flag,value,field", [("--time-limit", "nan", "time_limit_s"),
+                                              ("--time-limit", "0", "time_limit_s"),
                                               ("--time-limit", "-1", "time_limit_s"), ("--gap", "-1", "rel_gap"),
                                               ("--threads", "0", "threads"), ("--horizon", "0", "horizon"),
                                               ("--warm-start", "foo", "foo")])

@@ -98,7 +98,7 @@ def test_mixed_batch_equals_sequences_run_alone(backend, model):
     _prefill(model, cache, "b", PROMPT[5:25], [20], backend)
     batch = [("a", PROMPT[10:17], 10), ("b", [PROMPT[25]], 20)]
     together = model.step(cache, batch, backend=backend)
-    for i, (_, ids, m) in enumerate(batch):
+    for i, (_, _ids, _m) in enumerate(batch):
         seq = PROMPT[:17] if i == 0 else PROMPT[5:26]
         dense = model.forward_dense(torch.tensor(seq, device=together.device))[-1]
         torch.testing.assert_close(together[i], dense, atol=1e-4, rtol=1e-4)

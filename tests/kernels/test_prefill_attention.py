@@ -73,7 +73,8 @@ def test_triton_float16(make_paged_batch, device):
 def test_chunked_prefill_equals_one_shot(page_size, make_paged_batch, device):
     """Prefilling 45 tokens as chunks 13+1+31 gives the rows of one 45-token prefill."""
     b = make_paged_batch([0], [45], num_q_heads=4, num_kv_heads=1, head_dim=64, page_size=page_size, device=device)
-    one_shot = prefill_attention(b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens, b.context_lens, backend="triton")
+    one_shot = prefill_attention(b.q, b.k_cache, b.v_cache, b.block_table, b.cu_seqlens, b.context_lens,
+                                 backend="triton")
     start = 0
     for chunk in (13, 1, 31):
         cu = torch.tensor([0, chunk], dtype=torch.int32, device=device)
