@@ -87,3 +87,40 @@ def test_cli_execute_refuses_a_plan_before_any_engine_is_imported(tmp_path, caps
     assert code == 2 and "[R_max] 2 running requests > R_max = 1" in capsys.readouterr().err
     assert main(["vllm", "execute", "--schedule", str(tmp_path / "schedule.json"), "--out", str(tmp_path / "y")]) == 2
     assert "vllm extra" in capsys.readouterr().err            # the valid plan reaches the engine import
+
+
+# --- the validation's pure parts: predicted and measured values, paired ratios ------------------------------
+def test_measured_values_on_a_recorded_run_use_its_cpu_and_wall_clocks():
+    from pathlib import Path
+
+    from infermax.engines.records import load_engine_run, step_times
+    from infermax.engines.validation import measured_values, predicted_values
+
+    schedule, workload, limits, m = load_engine_run(Path(__file__).parent / "data" / "vllm" / "offline-tiny-budget")
+    got = measured_values(schedule, workload, m)
+    assert got["cpu_makespan"] == pytest.approx(float(step_times(m.records, "cpu")[1].sum()))
+    assert got["wall_makespan"] == pytest.approx(max(t.finish_s for t in m.requests))
+    assert 0 < got["cpu_ttft"] < got["cpu_e2e"] <= got["cpu_makespan"] * (1 + 1e-12)
+    pred = predicted_values(schedule, workload, limits, get_cost_model(None))
+    assert 0 < pred["ttft"] < pred["e2e"] <= pred["makespan"]
+    online = Workload(requests=[Request(id=r.id, input_len=r.input_len, output_len=r.output_len, arrival_s=r.id)
+                                for r in workload])
+    with pytest.raises(ValueError, match="compares offline runs"):
+        measured_values(schedule, online, m)
+
+
+def test_ratios_pair_the_rounds_and_set_the_predicted_ratio_beside():
+    from infermax.engines.validation import by_name, ratios
+
+    c = by_name("bound-vs-vllm")
+    rows = []
+    for rep, (own, bound) in enumerate([(12.0, 10.0), (13.0, 10.0), (9.0, 10.0)]):
+        for label, value in (("vllm", own), ("bound-e2e-ef", bound)):
+            rows.append({"comparison": c.name, "label": label, "rep": rep,
+                         **{f"pred_{k}": (11.0 if label == "vllm" else 10.0) for k in ("makespan", "ttft", "e2e")},
+                         **{f"{clock}_{k}": value for clock in ("cpu", "wall") for k in ("makespan", "ttft", "e2e")}})
+    e2e, = [r for r in ratios(rows, c) if r["metric"] == "e2e"]
+    assert e2e["claimed"] and e2e["reps"] == 3 and e2e["predicted"] == pytest.approx(1.1)
+    assert (e2e["cpu_median"], e2e["cpu_min"], e2e["cpu_max"]) == pytest.approx((1.2, 0.9, 1.3))
+    with pytest.raises(ValueError, match="unknown comparison 'x'"):
+        by_name("x")
