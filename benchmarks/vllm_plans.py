@@ -2,7 +2,8 @@
 
 For each comparison of :data:`infermax.engines.validation.COMPARISONS` (the §4.5 eviction finding scaled to a
 CPU, a bound-guided schedule against vLLM's own on a Splitwise slice): the plans are made (the solver's, a
-policy's; kept in ``DIR/plans`` and reused), each schedule's makespan, mean TTFT and mean e2e predicted under
+policy's; kept in ``DIR/plans`` and reused; the committed ones of notebooks/data/vllm/plans unless
+``--fresh-plans``), each schedule's makespan, mean TTFT and mean e2e predicted under
 the linear cost model fitted to vLLM's CPU step times, then every schedule run on vLLM (one engine per
 comparison, a warm-up run first, then ``--reps`` rounds alternating the schedules) and measured on the CPU
 clock (primary: the engine's own work) and the wall clock. Prints per run and per pair the predicted ratio
@@ -28,15 +29,21 @@ from infermax.engines.validation import COMPARISONS, OWN, by_name, make_plan, me
 from infermax.rundir import cost_from_description
 from infermax.schedule import Schedule
 
-FIT = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "vllm" / "cost_cpu_fit.json"
+DATA = Path(__file__).resolve().parents[1] / "notebooks" / "data" / "vllm"
+FIT = DATA / "cost_cpu_fit.json"
 
 
-def plans_for(comparison, cost, root: Path, solve_time: float) -> dict:
-    """label -> (schedule, info): the plans, made once and kept under ``root/plans``."""
+def plans_for(comparison, cost, root: Path, solve_time: float, fresh: bool = False) -> dict:
+    """label -> (schedule, info): the plans, made once and kept under ``root/plans`` (copied from the committed
+    ones in notebooks/data/vllm/plans unless ``fresh``: the solver's plans depend on its time limit)."""
     w, lim = comparison.build()
     out = {}
     for label in comparison.schedules:
         path = root / "plans" / f"{comparison.name}.{label}.json"
+        committed = DATA / "plans" / path.name
+        if not path.is_file() and committed.is_file() and not fresh:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(committed.read_text())
         if path.is_file():
             saved = json.loads(path.read_text())
             out[label] = (Schedule.from_dict(saved["schedule"]), saved["info"])
@@ -66,11 +73,12 @@ def recheck(rows: list[dict], root: Path) -> list[dict]:
     return rows
 
 
-def run_comparison(comparison, cost, root: Path, reps: int, solve_time: float, model: str) -> list[dict]:
+def run_comparison(comparison, cost, root: Path, reps: int, solve_time: float, model: str,
+                   fresh: bool = False) -> list[dict]:
     from infermax.engines.vllm_plan import execute_plans
 
     w, lim = comparison.build()
-    plans = plans_for(comparison, cost, root, solve_time)
+    plans = plans_for(comparison, cost, root, solve_time, fresh)
     for label, (plan, _) in plans.items():
         check_plan(plan, w, lim)
     order = [(label, None if label == OWN else plans[label][0], w) for label in comparison.schedules]
@@ -140,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cost", type=Path, default=FIT, help="the fitted cost model (default: the committed CPU fit)")
     ap.add_argument("--solve-time", type=float, default=40.0, help="seconds per solver plan (default 40)")
     ap.add_argument("--model", default="llama-tiny")
+    ap.add_argument("--fresh-plans", action="store_true", help="solve the plans again instead of using the committed "
+                    "ones (notebooks/data/vllm/plans)")
     ap.add_argument("--analyse", action="store_true", help="print the tables of DIR/runs.csv (no vLLM)")
     args = ap.parse_args(argv)
     comparisons = [by_name(n) for n in args.comparisons.split(",")] if args.comparisons else list(COMPARISONS)
@@ -149,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         write_csv(args.dir / "runs.csv", rows)
     else:
         args.dir.mkdir(parents=True, exist_ok=True)
-        rows = [r for c in comparisons for r in run_comparison(c, cost, args.dir, args.reps, args.solve_time, args.model)]
+        rows = [r for c in comparisons
+                for r in run_comparison(c, cost, args.dir, args.reps, args.solve_time, args.model, args.fresh_plans)]
         write_csv(args.dir / "runs.csv", rows)
     pairs = [p for c in comparisons for p in ratios(rows, c)]
     write_csv(args.dir / "ratios.csv", pairs)
