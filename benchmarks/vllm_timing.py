@@ -6,20 +6,26 @@ Reads the runs ``benchmarks/vllm_fidelity.py --record`` wrote under DIR (``DIR/<
 the mean TTFT and e2e predicted from vLLM's schedule (replayed under the model fitted without that case)
 beside the measured ones, with the spread of the repeated runs. Item 6: under the model fitted to every
 case, the certified gaps of vLLM's real schedules (makespan, mean TTFT, mean e2e: the replayed value
-against ``lower_bound``'s certified bound, through ``check_scheduler``).
+against ``lower_bound``'s certified bound, through ``check_scheduler``), and beside them those of infermax's
+bound-guided schedules (``bound-e2e``, ``bound-e2e-ef``, ``bound-ttft``, simulated on the same workloads and
+limits), each objective's bound computed once for all of them.
 
-    python benchmarks/vllm_timing.py --dir DIR [--cases a,b] [--no-gaps]
+    python benchmarks/vllm_timing.py --dir DIR [--cases a,b] [--no-gaps] [--no-timing] [--gaps-csv F]
+                                     [--write-fit F]
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
+import json
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from infermax.bounds.check import check_scheduler
+from infermax import simulate
+from infermax.bounds.check import check_scheduler, reference_bound
 from infermax.costmodel.accuracy import error_stats
 from infermax.engines.catalogue import select
 from infermax.engines.records import load_engine_run, step_times
@@ -83,19 +89,52 @@ def print_timing(rows: list[dict], clock: str, loss: str) -> None:
           f"median held-out step APE {np.median([r['step_median_ape'] for r in rows]):.1%}")
 
 
-def gap_table(runs: dict[str, list]) -> list[dict]:
-    """Under the model fitted to every case's CPU step times, the certified gaps of vLLM's schedules."""
-    model = fit_step_model(*run_features([(s, w, m) for rs in runs.values() for s, w, _, m in rs], "cpu"),
-                           name="vllm-cpu-fit", loss="absolute")
+#: infermax's bound-guided schedulers whose certified gaps are set beside vLLM's (item 6)
+BOUND_GUIDED = ("bound-e2e", "bound-e2e-ef", "bound-ttft")
+OBJECTIVES = ("latency", "ttft", "e2e")
+
+
+def cpu_fit(runs: dict[str, list]):
+    """The linear model fitted (absolute loss) to every case's CPU step times."""
+    return fit_step_model(*run_features([(s, w, m) for rs in runs.values() for s, w, _, m in rs], "cpu"),
+                          name="vllm-cpu-fit", loss="absolute")
+
+
+def gap_table(runs: dict[str, list], model, schedulers: tuple[str, ...] = BOUND_GUIDED) -> list[dict]:
+    """Under ``model``, per case and objective: the certified gaps of vLLM's recorded schedule and of each of
+    ``schedulers`` (simulated on the case's workload and limits), all against one bound per objective (the
+    cheap certified bounds of ``lower_bound``; valid for every schedule of the instance)."""
     rows = []
     for name, mine in runs.items():
         s, w, lim, _ = mine[0]
+        own = {o: check_scheduler("vllm", w, lim, model, objective=o, schedule=s, optimum=False) for o in OBJECTIVES}
+        upper = min([own["latency"].latency_s] + [simulate(w, n, lim, cost=model).metrics["latency_s"] for n in schedulers])
         row = {"case": name}
-        for objective in ("latency", "ttft", "e2e"):
-            r = check_scheduler("vllm", w, lim, model, objective=objective, schedule=s, optimum=False)
-            row[objective] = (r.value_s, r.bound_s, 100 * r.gap if r.gap is not None else float("nan"), r.bound_method)
+        for objective in OBJECTIVES:
+            ref = reference_bound(w, lim, model, objective=objective, upper=upper, optimum=False)
+            for who in ("vllm",) + schedulers:
+                r = check_scheduler(who, w, lim, model, objective=objective, optimum=False, reference=ref,
+                                    schedule=s if who == "vllm" else None)
+                row[(who, objective)] = (r.value_s, r.bound_s, 100 * r.gap if r.gap is not None else float("nan"))
         rows.append(row)
-    return rows, model
+    return rows
+
+
+def print_gaps(gaps: list[dict], model, schedulers: tuple[str, ...] = BOUND_GUIDED) -> None:
+    k = model.coefficients
+    print(f"\ncertified gaps under the model fitted to all cases' CPU step times (absolute loss) "
+          f"(s: {k.nonattn_lines[0][0]:.4g} + {k.nonattn_lines[0][1]:.4g}/token + {k.request_s:.4g}/request + "
+          f"{k.decode_kv_s:.4g}/decode KV token + {k.prefill_attn_s:.4g}/prefill pair; "
+          f"biases decode {k.decode_bias_s:.3g}, prefill {k.prefill_bias_s:.3g}); vLLM's recorded schedule and "
+          f"infermax's bound-guided schedules, each against the same bound")
+    for objective, title in zip(OBJECTIVES, ("makespan", "mean TTFT", "mean e2e")):
+        print(f"\n{title}: value s (gap %)")
+        print(f"{'case':<22}{'bound':>8}" + "".join(f"{w:>20}" for w in ("vllm",) + schedulers))
+        for r in gaps:
+            cells = "".join(f"{r[(w, objective)][0]:>11.3f} ({r[(w, objective)][2]:>5.1f})" for w in ("vllm",) + schedulers)
+            print(f"{r['case']:<22}{r[('vllm', objective)][1]:>8.3f}{cells}")
+        med = {w: np.median([r[(w, objective)][2] for r in gaps]) for w in ("vllm",) + schedulers}
+        print(f"{'median gap %':<30}" + "".join(f"{med[w]:>20.1f}" for w in ("vllm",) + schedulers))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases")
     ap.add_argument("--reps", type=Path, help="a directory of repeated runs (DIR/<case>/rep<k>) for the spreads")
     ap.add_argument("--no-gaps", action="store_true")
+    ap.add_argument("--gaps-csv", type=Path, help="write the certified gaps (one row per case, schedule, objective)")
+    ap.add_argument("--write-fit", type=Path, help="write the CPU fit of every case (its describe() JSON)")
+    ap.add_argument("--no-timing", action="store_true", help="skip the timing tables")
     args = ap.parse_args(argv)
     runs = load(args.dir, args.cases)
     if len(runs) < 2:
@@ -111,21 +153,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reps = load(args.reps, args.cases) if args.reps else {}
     print(f"vLLM timing, {datetime.date.today()}")
-    for clock in ("wall", "cpu"):
+    for clock in () if args.no_timing else ("wall", "cpu"):
         for loss in ("relative", "absolute"):
             print_timing(timing_table(runs, reps, clock, loss), clock, loss)
+    if args.write_fit:
+        args.write_fit.write_text(json.dumps(cpu_fit(runs).describe(), indent=1))
     if not args.no_gaps:
-        gaps, model = gap_table(runs)
-        k = model.coefficients
-        print(f"\ncertified gaps of vLLM's schedules under the model fitted to all cases' CPU step times (absolute loss) "
-              f"(s: {k.nonattn_lines[0][0]:.4g} + {k.nonattn_lines[0][1]:.4g}/token + {k.request_s:.4g}/request + "
-              f"{k.decode_kv_s:.4g}/decode KV token + {k.prefill_attn_s:.4g}/prefill pair; "
-              f"biases decode {k.decode_bias_s:.3g}, prefill {k.prefill_bias_s:.3g})")
-        print(f"{'case':<22}{'makespan s':>11}{'bound':>9}{'gap %':>7}{'TTFT s':>9}{'bound':>9}{'gap %':>7}"
-              f"{'e2e s':>9}{'bound':>9}{'gap %':>7}")
-        for r in gaps:
-            cells = "".join(f"{r[o][0]:>10.3f}{r[o][1]:>9.3f}{r[o][2]:>7.1f}" for o in ("latency", "ttft", "e2e"))
-            print(f"{r['case']:<22}{cells}")
+        model = cpu_fit(runs)
+        gaps = gap_table(runs, model)
+        print_gaps(gaps, model)
+        if args.gaps_csv:
+            flat = [{"case": r["case"], "schedule": key[0], "objective": key[1], "value_s": r[key][0],
+                     "bound_s": r[key][1], "gap_pct": r[key][2]} for r in gaps for key in r if isinstance(key, tuple)]
+            with open(args.gaps_csv, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(flat[0]))
+                writer.writeheader()
+                writer.writerows(flat)
     return 0
 
 

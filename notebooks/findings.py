@@ -37,10 +37,10 @@ HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures"
 TABLE_MD, TABLE_CSV = HERE / "FINDINGS.md", HERE / "FINDINGS.csv"
 CLAIM_MODULES = ("claims_contention", "claims_scheduling", "claims_longctx", "claims_cluster", "claims_optimal",
-                 "claims_medha", "claims_capacity", "claims_csps", "claims_or")
+                 "claims_medha", "claims_capacity", "claims_csps", "claims_or", "claims_vllm")
 NOTEBOOKS = ("01_high_contention", "02_eviction_free", "03_memory_sweep", "04_optimal_evictions", "05_rmax",
              "06_ranking", "07_long_context", "08_pecsched_cluster", "09_medha", "10_csps", "11_how_far_long_context",
-             "13_or_peers")
+             "12_real_vllm", "13_or_peers")
 COLUMNS = ["notebook", "paper", "section", "claim", "paper_number", "ours", "tolerance", "verdict", "cause"]
 
 

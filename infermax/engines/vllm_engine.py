@@ -176,10 +176,15 @@ class Recorder:
 
 
 def drive(engine: LLMEngine, workload: Workload, recorder: Recorder, prompt_seed: int = 0,
-          online: bool | None = None) -> tuple[dict[str, int], list[RequestTiming], float]:
+          online: bool | None = None, gate: Any = None) -> tuple[dict[str, int], list[RequestTiming], float]:
     """Submit every request of ``workload`` at its arrival (relative to the first; all at once offline)
     on the engine's clock and step the engine until all finished. Prompts are token ids drawn from
     the model's vocabulary; outputs have exactly ``O`` tokens (``ignore_eos``, greedy).
+
+    ``gate`` (a plan's scheduler, :class:`.vllm_plan.PlanScheduler`) is told each submission
+    (``gate.submitted(id, engine_id)``) and the engine steps only while ``gate.ready()``: otherwise it
+    idles until the next arrival (a plan's batch waits for its requests); ``gate.waiting_for()`` names
+    what is missing if nothing is left to arrive.
 
     Returns (engine id -> infermax id, per-request timings, wall seconds)."""
     vocab = int(engine.model_config.get_vocab_size())
@@ -201,8 +206,13 @@ def drive(engine: LLMEngine, workload: Workload, recorder: Recorder, prompt_seed
             rid = engine.add_request(str(r.id), TokensPrompt(prompt_token_ids=prompt), params)
             id_of[rid] = id_of[str(r.id)] = r.id
             timing[r.id] = {"arrival_s": arrival, "submitted_s": recorder.clock(), "first_step": recorder.num_calls}
+            if gate is not None:
+                gate.submitted(r.id, rid)
             k += 1
-        if not engine.has_unfinished_requests():
+        blocked = gate is not None and engine.has_unfinished_requests() and not gate.ready()
+        if blocked and k >= len(pending):
+            raise RuntimeError(f"the engine cannot go on: {gate.waiting_for()}")
+        if blocked or not engine.has_unfinished_requests():
             time.sleep(max(0.0, min(pending[k][0] - recorder.clock(), 0.05)))
             continue
         outputs = engine.step()
