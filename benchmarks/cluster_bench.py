@@ -1,4 +1,4 @@
-"""Cluster engine speed: an hour of the Splitwise conversation trace on pecsched.txt §6.2's 32 A100s.
+"""Cluster engine speed: an hour of the Splitwise conversation trace on PecSched §6.2's 32 A100s.
 
 The workload is PecSched's construction over the whole trace (19,366 requests in 3,502 s;
 inputs above the 95th percentile replaced by 100K-``hi`` tokens), Mistral-7B-v0.3 on
@@ -11,7 +11,7 @@ R-th, same arrivals, same local scheduler and limits) — what a batch costs wit
 around it. Target (issue 20): the hour in <= 60 s on this machine.
 
     python benchmarks/cluster_bench.py [--policies fifo,pecsched] [--local sarathi] [--n 19366] [--hi 400000]
-    python benchmarks/cluster_bench.py --scale 32,256,1024,8192 [--n 2000]   # pecsched.txt Fig. 15
+    python benchmarks/cluster_bench.py --scale 32,256,1024,8192 [--n 2000]   # PecSched Fig. 15
 
 ``--scale``: PecSched on clusters of that many A100s (8 per node, Mistral 7B), ``--n`` requests of the trace
 (default 2000) arriving at the 32-GPU cluster's FIFO capacity times the cluster's size over 32 (load 1.0,

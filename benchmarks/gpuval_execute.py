@@ -26,7 +26,6 @@ import time
 from typing import Any
 
 import numpy as np
-
 from gpuval_common import Ctx, device_info
 from gpuval_profile import _label, model_name, profile_folder
 

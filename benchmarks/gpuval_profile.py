@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from gpuval_common import Ctx, device_info, tiny_model
 
 VIDUR_PROFILE = "a100/Meta-Llama-3-8B"

@@ -83,16 +83,16 @@ def _cases(device: str):
     scale = 16 if device == "cuda" else 1
     for m, c, hq, hkv, d in [(0, 64 * scale, 8, 2, 64), (256 * scale, 32 * scale, 8, 1, 128)]:
         q, kc, vc, bt, cu, ctx, _ = _paged_batch([m, m // 2], [c, c // 2], hq, hkv, d, 16, device, dtype)
-        run = lambda be: lambda: prefill_attention(q, kc, vc, bt, cu, ctx, backend=be, max_query_len=c)  # noqa: E731
+        run = lambda be: lambda: prefill_attention(q, kc, vc, bt, cu, ctx, backend=be, max_query_len=c)
         yield "prefill", f"m={m} c={c} Hq={hq} Hkv={hkv} D={d} x2 seqs", run("torch"), run("triton")
     for n, splits in [(512 * scale, 1), (512 * scale, 8)]:
         q, kc, vc, bt, _, _, lens = _paged_batch([n - 1] * 4, [1] * 4, 8, 2, 128, 16, device, dtype)
-        run = lambda be, s=splits: lambda: decode_attention(q, kc, vc, bt, lens, num_splits=s, backend=be)  # noqa: E731
+        run = lambda be, s=splits: lambda: decode_attention(q, kc, vc, bt, lens, num_splits=s, backend=be)
         yield "decode", f"n={n} splits={splits} Hq=8 Hkv=2 D=128 x4 seqs", run("torch"), run("triton")
     num_tokens = 4096 if device == "cuda" else 8
     o = torch.randn(num_tokens, 8, 32, 128, device=device, dtype=dtype)
     lse = torch.randn(num_tokens, 8, 32, device=device)
-    run = lambda be: lambda: merge_states_multi(o, lse, backend=be)  # noqa: E731
+    run = lambda be: lambda: merge_states_multi(o, lse, backend=be)
     yield "merge", f"T={num_tokens} states=8 H=32 D=128", run("torch"), run("triton")
     yield from _csa_cases(device, dtype, scale)
 
@@ -112,7 +112,7 @@ def _csa_cases(device: str, dtype, scale: int):
     q = torch.randn(n, 4, 64, generator=gen).to(device, dtype)
     k, v = (torch.randn(n, 2, 64, generator=gen).to(device, dtype) for _ in range(2))
     importance = torch.rand(4, n, generator=gen).to(device)
-    run = lambda be, lv=levels: lambda: csa_attention(q, k, v, importance, seg, lv, p, backend=be)  # noqa: E731
+    run = lambda be, lv=levels: lambda: csa_attention(q, k, v, importance, seg, lv, p, backend=be)
     shape = f"n={n} seg={seg} levels={levels} p={p} Hq=4 Hkv=2 D=64"
     yield "csa", shape, run("torch"), run("triton")
     yield "csa/dense", shape, run("triton", 1), run("triton")

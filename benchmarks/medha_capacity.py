@@ -1,4 +1,4 @@
-"""Medha's capacity sweep (medha.txt §5.2): 7 loads × 3 systems, Llama-3 8B on 16 A100s, an hour each.
+"""Medha's capacity sweep (Medha §5.2): 7 loads × 3 systems, Llama-3 8B on 16 A100s, an hour each.
 
 Runs ``benchmarks/medha_capacity.yaml`` (:mod:`infermax.medha_capacity`) through
 :func:`infermax.sweep` and prints its CPU time (this process and its workers) and

@@ -1,5 +1,5 @@
 """Medha as its authors released it, side by side: Vidur 0.0.26's ``mnemosyne_<order>`` against
-infermax's ``mnemosyne-<order>`` (schedulers/mnemosyne.py) and ``medha`` (medha.txt §4), all three
+infermax's ``mnemosyne-<order>`` (schedulers/mnemosyne.py) and ``medha`` (Medha §4), all three
 timed by Vidur's own linear-regression predictor (:class:`vidur_harness.VidurSetup`: A100,
 Llama-3-8B, TP 1, M = 399,360 KV tokens in blocks of 16, at most 128 requests, target batch time
 0.05 s).
@@ -33,10 +33,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from vidur_harness import VidurCost, VidurSetup, run_vidur, shared_predictor, vidur_available  # noqa: E402
+from vidur_harness import VidurCost, VidurSetup, run_vidur, shared_predictor, vidur_available
 
-from infermax import Limits, Workload, simulate  # noqa: E402
-from infermax.workloads_long import medha_mix  # noqa: E402
+from infermax import Limits, Workload, simulate
+from infermax.workloads_long import medha_mix
 
 MEDHA_CHUNK_TOKENS = 4096      # medha's prefill tokens per batch (§3.3; Vidur's predictor stops at 4096-token chunks)
 # name -> (B, long share, long prompt range, arrival rate per s, seed)

@@ -8,7 +8,7 @@
 
 Sections (all numbers are measured by this script on the machine it runs on):
 
-- grid: infermax.txt §4.5 — B = O = 4, I ∈ {1, 2, 4, …, 1024}, M = max(2I, I+O-1),
+- grid: InferMax §4.5 — B = O = 4, I ∈ {1, 2, 4, …, 1024}, M = max(2I, I+O-1),
   C = 4096, latency. The optimum, whether it evicts, the optimum of the
   eviction-free class and the saving, time to proven optimality and gap.
 - scale: fixed:I=16,O=16 with M = 4(I+O) = 128 for B = 2 … 16: the largest B
@@ -187,8 +187,8 @@ def run_astar(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     ``solve_optimal`` does) — wall-time ratios in the same process."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
-    from infermax.csp.search.batchtable import RemainingBatches
     from infermax.csp.search.astar import exact_search, pilot_search
+    from infermax.csp.search.batchtable import RemainingBatches
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()
     variants = {"uncut": {"cut_successors": False}, "cut": {}, "lp": {"lp_budget_s": time_limit / 6}}
@@ -225,8 +225,8 @@ def run_rootlp(time_limit: float, max_B: int) -> list[dict[str, Any]]:
     No batches-left table: Y starts at the class-state bound's least batch count."""
     from infermax import Limits, Workload
     from infermax.costmodel import get_cost_model
-    from infermax.csp.search.classstate import ClassStateSpace
     from infermax.csp.search.astar import pilot_search
+    from infermax.csp.search.classstate import ClassStateSpace
     from infermax.csp.search.trajectorybound import TrajectoryBound
 
     lim, cost, policy = Limits.from_spec("M=128,C=4096"), get_cost_model(), Policy()

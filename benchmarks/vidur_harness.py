@@ -95,7 +95,8 @@ def patch_vidur() -> None:
     """The two runtime fixes the wheel needs (module docstring)."""
     from vidur.entities.request import Request
     from vidur.execution_time_predictor.linear_regression_execution_time_predictor import (
-        LinearRegressionExecutionTimePredictor)
+        LinearRegressionExecutionTimePredictor,
+    )
     from vidur.execution_time_predictor.sklearn_execution_time_predictor import SklearnExecutionTimePredictor
 
     for cls in (SklearnExecutionTimePredictor, LinearRegressionExecutionTimePredictor):
@@ -127,7 +128,7 @@ class VidurSetup:
     ordered_batches: bool = False       # keep a batch's requests in the order they joined (a third patch)
 
     def configs(self):
-        from vidur.config import (CacheConfig, LinearRegressionExecutionTimePredictorConfig, ReplicaConfig)
+        from vidur.config import CacheConfig, LinearRegressionExecutionTimePredictorConfig, ReplicaConfig
         compute, network = lay_out_cache(self.cache_dir)
         replica = ReplicaConfig(model_name=MODEL, num_pipeline_stages=1, tensor_parallel_size=1, device=GPU,
                                 network_device=NODE)
@@ -148,7 +149,8 @@ def shared_predictor(setup: VidurSetup):
     key = (setup.cache_dir, setup.max_tokens, setup.num_blocks)
     if key not in _PREDICTOR:
         from vidur.execution_time_predictor.linear_regression_execution_time_predictor import (
-            LinearRegressionExecutionTimePredictor)
+            LinearRegressionExecutionTimePredictor,
+        )
         patch_vidur()
         replica, cache, predictor = setup.configs()
         _PREDICTOR[key] = LinearRegressionExecutionTimePredictor(predictor, replica, cache)

@@ -34,7 +34,7 @@ def record(root: Path, cases: list[Case], repeat: int, model: str) -> None:
     from infermax.engines.vllm_engine import run_many
 
     cost = get_cost_model(None)
-    for limits_spec, members in groups(cases).items():
+    for members in groups(cases).values():
         built = [c.build() for c in members]
         limits = built[0][1]
         workloads = [w for w, _ in built] * repeat
@@ -64,7 +64,8 @@ def analyse(root: Path, cases: list[Case], preset: str) -> list[dict]:
 
 def print_rows(rows: list[dict], preset: str) -> None:
     print(f"vLLM fidelity, {datetime.date.today()}: preset {preset}, lockstep arrivals")
-    print(f"{'case':<22}{'reqs':>5}{'steps':>7}{'preempt':>8}  {'judge':<8}{'identical':>10}{'wall s':>8}  first divergence")
+    print(f"{'case':<22}{'reqs':>5}{'steps':>7}{'preempt':>8}  {'judge':<8}{'identical':>10}{'wall s':>8}"
+          "  first divergence")
     for r in rows:
         print(f"{r['case']:<22}{r['requests']:>5}{r['steps']:>7}{r['preemptions']:>8}  {r['judge'][:60]:<8}"
               f"{r['identical_%']:>9.1f}%{r['wall_s']:>8.1f}  {r['first_divergence']}")

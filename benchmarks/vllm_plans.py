@@ -79,7 +79,7 @@ def run_comparison(comparison, cost, root: Path, reps: int, solve_time: float, m
 
     w, lim = comparison.build()
     plans = plans_for(comparison, cost, root, solve_time, fresh)
-    for label, (plan, _) in plans.items():
+    for plan, _ in plans.values():
         check_plan(plan, w, lim)
     order = [(label, None if label == OWN else plans[label][0], w) for label in comparison.schedules]
     items = [("warm-up", None, w)] + [(f"{label}#{k}", plan, w) for k in range(reps) for label, plan, w in order]
@@ -120,7 +120,7 @@ def read_runs(path: Path) -> list[dict]:
 
 
 def print_tables(rows: list[dict], pairs: list[dict]) -> None:
-    print(f"\nruns: predicted under the CPU fit; measured on the CPU clock (cpu) and the engine clock (wall), seconds")
+    print("\nruns: predicted under the CPU fit; measured on the CPU clock (cpu) and the engine clock (wall), seconds")
     print(f"{'comparison':<15}{'schedule':<13}{'rep':>4}{'batches':>8}{'preempt':>8}{'as pred':>8}"
           f"{'pred mk':>9}{'cpu mk':>8}{'wall mk':>8}{'pred e2e':>9}{'cpu e2e':>8}{'wall e2e':>9}{'pred ttft':>10}"
           f"{'cpu ttft':>9}")

@@ -29,8 +29,15 @@ from infermax.bounds.check import check_scheduler, reference_bound
 from infermax.costmodel.accuracy import error_stats
 from infermax.engines.catalogue import select
 from infermax.engines.records import load_engine_run, step_times
-from infermax.engines.timing import (batch_features, fit_step_model, means_on_batch_clock, measured_means,
-                                     predicted_steps, predicted_vs_measured, run_features)
+from infermax.engines.timing import (
+    batch_features,
+    fit_step_model,
+    means_on_batch_clock,
+    measured_means,
+    predicted_steps,
+    predicted_vs_measured,
+    run_features,
+)
 
 
 def load(root: Path, names: str | None) -> dict[str, list]:
@@ -108,7 +115,8 @@ def gap_table(runs: dict[str, list], model, schedulers: tuple[str, ...] = BOUND_
     for name, mine in runs.items():
         s, w, lim, _ = mine[0]
         own = {o: check_scheduler("vllm", w, lim, model, objective=o, schedule=s, optimum=False) for o in OBJECTIVES}
-        upper = min([own["latency"].latency_s] + [simulate(w, n, lim, cost=model).metrics["latency_s"] for n in schedulers])
+        simulated = [simulate(w, n, lim, cost=model).metrics["latency_s"] for n in schedulers]
+        upper = min([own["latency"].latency_s] + simulated)
         row = {"case": name}
         for objective in OBJECTIVES:
             ref = reference_bound(w, lim, model, objective=objective, upper=upper, optimum=False)
@@ -131,7 +139,8 @@ def print_gaps(gaps: list[dict], model, schedulers: tuple[str, ...] = BOUND_GUID
         print(f"\n{title}: value s (gap %)")
         print(f"{'case':<22}{'bound':>8}" + "".join(f"{w:>20}" for w in ("vllm",) + schedulers))
         for r in gaps:
-            cells = "".join(f"{r[(w, objective)][0]:>11.3f} ({r[(w, objective)][2]:>5.1f})" for w in ("vllm",) + schedulers)
+            cells = "".join(f"{r[(w, objective)][0]:>11.3f} ({r[(w, objective)][2]:>5.1f})"
+                            for w in ("vllm",) + schedulers)
             print(f"{r['case']:<22}{r[('vllm', objective)][1]:>8.3f}{cells}")
         med = {w: np.median([r[(w, objective)][2] for r in gaps]) for w in ("vllm",) + schedulers}
         print(f"{'median gap %':<30}" + "".join(f"{med[w]:>20.1f}" for w in ("vllm",) + schedulers))

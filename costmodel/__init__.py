@@ -20,9 +20,9 @@ from .linear import LinearCoefficients, LinearCostModel, linear_coefficients
 from .parallel import ParallelConfig, ParallelCostModel
 from .registry import available_cost_models, get_cost_model, register_cost_model
 from .roofline import RooflineCostModel
+from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 from .transfer import register_scaled
 from .unit import register_unit, unit_cost_model
-from .specs import GPUS, MODELS, GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
 register_catalog()
 register_scaled()

@@ -10,9 +10,9 @@ own reuse the all-reduce's bus bandwidth (a ring all-reduce *is* a
 reduce-scatter then an all-gather).
 
 Volumes (elements, per layer, whole parallel group) follow the papers:
-pecsched.txt §5.3 for Megatron-SP and Ulysses-SP inside a node, csps.txt App. A
+PecSched §5.3 for Megatron-SP and Ulysses-SP inside a node, CSPS App. A
 for SP-NTP (Ulysses with parameter gathering) vs SP-TP (Megatron), and ring
-attention's KV rotation. CSA's token dropping (csps.txt §3.2.4) scales the KV
+attention's KV rotation. CSA's token dropping (CSPS §3.2.4) scales the KV
 moved and attended: :func:`csa_kv_fractions` gives those fractions of dense
 causal attention, from the same keep rule the CSA kernel applies.
 """
@@ -216,7 +216,7 @@ def ring_attention_volume(seq_len: float, kv_heads: int, head_dim: int, num_gpus
     return (num_gpus - 1) * seq_len * 2 * kv_heads * head_dim
 
 
-# --- CSA token dropping (csps.txt §3.2.4): fractions of the dense KV moved and attended --------
+# --- CSA token dropping (CSPS §3.2.4): fractions of the dense KV moved and attended --------
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CsaFractions:
@@ -237,7 +237,7 @@ class CsaFractions:
 def csa_keep_ratios(drop_ratio: float, num_levels: int) -> list[float]:
     """Kept fraction of a ring's keys at levels 1..num_levels: 1, 1 − p, (1 − p)/2, (1 − p)/4, …
 
-    csps.txt §3.2.4 with p the level-2 drop ratio; the halving per level is the
+    CSPS §3.2.4 with p the level-2 drop ratio; the halving per level is the
     prose's reading (see ``kernels/csa.py`` for why not the formula's literal one).
     """
     if not 0.0 <= drop_ratio <= 1.0:
@@ -290,7 +290,7 @@ def csa_kv_fractions(seq_len: int, segment_tokens: int, num_levels: int, drop_ra
     ratios = csa_keep_ratios(drop_ratio, num_levels)
     if num_levels == 1:  # level 1 is the top level: one segment, nothing dropped or moved
         segment_tokens = seq_len
-    blocks = lambda x: -(-x // block_tokens) * block_tokens  # noqa: E731
+    blocks = lambda x: -(-x // block_tokens) * block_tokens
     moved = moved_dense = attended = attended_dense = 0
     for start in range(0, seq_len, segment_tokens):
         queries = min(segment_tokens, seq_len - start)

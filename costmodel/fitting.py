@@ -1,4 +1,4 @@
-"""Fit the linear cost model to operator profiles (infermax.txt §3.2).
+"""Fit the linear cost model to operator profiles (InferMax §3.2).
 
 Three regressions, each on whole-model seconds (per-layer times x layers):
 

@@ -1,4 +1,4 @@
-"""The per-operator linear batch-time model (infermax.txt §3.2), in seconds.
+"""The per-operator linear batch-time model (InferMax §3.2), in seconds.
 
 For a batch of R requests with N = Σc tokens, decode KV read K = Σ_decode (m + c)
 and causal prefill attention work W = Σ_prefill (c·m + c(c + 1)/2):

@@ -18,7 +18,7 @@ def relative_lsq(X: np.ndarray, y: np.ndarray, lower: np.ndarray | float = 0.0) 
     Columns are scaled to unit norm first (a latency in seconds and a cost per
     byte differ by 10 orders of magnitude), so exact data are fitted exactly.
     """
-    from scipy.optimize import least_squares, lsq_linear   # lazy: scipy.optimize costs ~0.4 s to import
+    from scipy.optimize import least_squares, lsq_linear  # lazy: scipy.optimize costs ~0.4 s to import
     A = X / y[:, None]
     scale = np.linalg.norm(A, axis=0)
     scale[scale == 0] = 1.0

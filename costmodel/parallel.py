@@ -34,7 +34,7 @@ With N = Σc tokens, L layers, d hidden, b bytes per value (elements → bytes):
   a ring over the network, each step the measured inter-node send/recv (Vidur)
   times the measured collective-step overhead (:meth:`CommModel.placed_collective_s`).
 
-Calibration against medha.txt (Llama-3 8B on H100, TP 8; the model ``scaled:h100/
+Calibration against Medha (Llama-3 8B on H100, TP 8; the model ``scaled:h100/
 llama3-8b``, Vidur's H100 Llama-2-7B fit moved to Llama-3 8B by the roofline ratio;
 ``roofline:`` uses unmeasured, bandwidth-bound communication and is a lower bound):
 
@@ -77,7 +77,7 @@ from .linear import LinearCoefficients, LinearCostModel
 from .specs import GpuSpec, ModelSpec, get_gpu_spec, get_model_spec, kv_capacity_tokens
 
 SpKind = Literal["ring", "ulysses", "megatron", "ntp", "tp"]
-#: csps.txt's SP architectures by the collective they use: SP-NTP (two all-to-alls; under TP it gathers the
+#: CSPS's SP architectures by the collective they use: SP-NTP (two all-to-alls; under TP it gathers the
 #: attention parameters, App. A) is Ulysses, SP-TP (all-gather + reduce-scatter) is Megatron
 SP_KIND_ALIASES = {"ntp": "ulysses", "tp": "megatron"}
 LSE_BYTES = 4          # log-sum-exps travel in fp32
@@ -87,7 +87,7 @@ LSE_BYTES = 4          # log-sum-exps travel in fp32
 class ParallelConfig:
     """Parallel degrees of one model replica; all 1 is a single GPU.
 
-    ``sp_kind`` also takes csps.txt's names (``"ntp"``, ``"tp"``, :data:`SP_KIND_ALIASES`); they are
+    ``sp_kind`` also takes CSPS's names (``"ntp"``, ``"tp"``, :data:`SP_KIND_ALIASES`); they are
     resolved in ``__init__``, before any field is set, so the field always holds the canonical name.
     """
 

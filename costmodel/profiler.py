@@ -47,7 +47,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .packed import Packed as _Batch   # one packed-batch layout for executor and profiler
+from .packed import Packed as _Batch  # one packed-batch layout for executor and profiler
 from .profiles import PER_MODEL_OPS
 from .specs import ModelSpec, get_model_spec
 

@@ -99,7 +99,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
               ffn_size=28672, vocab_size=128256),
     ModelSpec(name="mistral-7b", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
               ffn_size=14336, vocab_size=32000),
-    # pecsched.txt §6.2 (Table 5), Hugging Face configs: Mistral-7B-v0.3 (32,768-token vocabulary),
+    # PecSched §6.2 (Table 5), Hugging Face configs: Mistral-7B-v0.3 (32,768-token vocabulary),
     # Phi-3-medium (14B), Yi-34B, Llama-3.1-70B (the Llama-3-70B shape)
     ModelSpec(name="mistral-7b-v0.3", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=8,
               ffn_size=14336, vocab_size=32768),
@@ -109,7 +109,7 @@ MODELS: dict[str, ModelSpec] = {m.name: m for m in (
               ffn_size=20480, vocab_size=64000),
     ModelSpec(name="llama3.1-70b", num_layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8,
               ffn_size=28672, vocab_size=128256),
-    # csps.txt §3.1: the two 1M-context models of its evaluation, Hugging Face configs (GLM-4-9B-Chat-1M:
+    # CSPS §3.1: the two 1M-context models of its evaluation, Hugging Face configs (GLM-4-9B-Chat-1M:
     # 2 KV groups, 151,552-token padded vocabulary; InternLM2.5-7B-Chat-1M: 8 KV heads, 92,544 tokens)
     ModelSpec(name="glm4-9b", num_layers=40, hidden_size=4096, num_heads=32, num_kv_heads=2,
               ffn_size=13696, vocab_size=151552),
@@ -186,7 +186,7 @@ def canonical_name(name: str) -> str | None:
 
 def kv_capacity_tokens(model: "str | ModelSpec", gpu: "str | GpuSpec", util: float = 0.9,
                        tp: int = 1, pp: int = 1) -> int:
-    """M, the KV-cache capacity in tokens (infermax.txt §2.2).
+    """M, the KV-cache capacity in tokens (InferMax §2.2).
 
     M = (util · GPU memory − model size) / KV size per token, per GPU of a
     tp × pp replica: each GPU holds 1/(tp·pp) of the weights and, for its

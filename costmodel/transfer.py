@@ -4,7 +4,7 @@
 the same GPU (same attention kind — GQA or MHA — first, then the closest size)
 and scales each coefficient by the ratio of the two models' roofline terms, so the
 target runs at the same fraction of the roofline as the measured reference
-(pecsched.txt §6.2's models on 4 × 8 A100, issue 20):
+(PecSched §6.2's models on 4 × 8 A100, issue 20):
 
 - non-attention lines ``(a_k, b_k)``: biases by the ratio of the rooflines'
   weight-read times (the memory-bound bias), slopes by the ratio of their

@@ -1,4 +1,4 @@
-"""infermax.csp — optimal schedules from the CSP/MILP of infermax.txt §3.3.
+"""infermax.csp — optimal schedules from the CSP/MILP of InferMax §3.3.
 
 ``solve_optimal(workload, limits, cost, objective, backend, time_limit_s)`` is the conductor
 (:mod:`.api`): it runs stages, each handed its time by one :class:`~.budget.Budget` and each

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from infermax.bounds import METHODS_OF
+from infermax.bounds.objectives import members
 from infermax.costmodel import CostModel
 from infermax.engine import resolve_inputs
 from infermax.heuristics import heuristic_schedules
@@ -25,19 +27,32 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from infermax.bounds import METHODS_OF
-from infermax.bounds.objectives import members
-
 from . import backends
-from .budget import (BUILD_SHARE, LOWER_BOUND_SHARE, LP_SHARE_WITH_TABLE, LP_SHARE_WITHOUT_TABLE,
-                     MILP_RESERVE_WITH_TABLE, MILP_RESERVE_WITHOUT_TABLE, MIN_STAGE_S, PACKING_CAP_S, PACKING_SHARE,
-                     PROBE_CAP_S, PROBE_SHARE,
-                     REFUTE_SHARE, TABLE_SHARE, WARM_START_SHARE, INCUMBENT_SHARE_WITH_TABLE,
-                     INCUMBENT_SHARE_WITHOUT_TABLE, Budget, BudgetExhausted, ModelTooLarge)
 from .backends import SolveStatus
+from .budget import (
+    BUILD_SHARE,
+    INCUMBENT_SHARE_WITH_TABLE,
+    INCUMBENT_SHARE_WITHOUT_TABLE,
+    LOWER_BOUND_SHARE,
+    LP_SHARE_WITH_TABLE,
+    LP_SHARE_WITHOUT_TABLE,
+    MILP_RESERVE_WITH_TABLE,
+    MILP_RESERVE_WITHOUT_TABLE,
+    MIN_STAGE_S,
+    PACKING_CAP_S,
+    PACKING_SHARE,
+    PROBE_CAP_S,
+    PROBE_SHARE,
+    REFUTE_SHARE,
+    TABLE_SHARE,
+    WARM_START_SHARE,
+    Budget,
+    BudgetExhausted,
+    ModelTooLarge,
+)
 from .milp import aggregate
-from .milp.extract import to_schedule
 from .milp.build import Strengthening, backend_kwargs, build, check_size
+from .milp.extract import to_schedule
 from .milp.formulation import check_instance
 from .milp.linearize import to_milp
 from .milp.objectives import is_monotone, split_objective, trace_objective
@@ -46,7 +61,8 @@ from .milp.strengthening import batch_count_lower_bound
 from .milp.trajectory import merge_chunks
 from .progress import SolveProgress, Tracker
 from .result import OptimalResult, make_result, meets, no_schedule, search_result
-from .search import astar as search, batchcount, batchtable, classstate, trajectorylp
+from .search import astar as search
+from .search import batchcount, batchtable, classstate, trajectorylp
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_events, horizon_for_latency
 
 log = logging.getLogger(__name__)
@@ -60,7 +76,8 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     end-to-end): the busy time before the last completion is at most B × the mean plus the spread of
     arrivals; ttft, and any objective over one tag's requests: the same for the batches up to the
     last such event, plus a tail that always exists (:func:`.warmstart.horizon_for_events`). tpot, and
-    any objective under a cost model whose batches have no fixed cost (β = 0), have no proof (J is then the warm start's length plus a margin, and the model's bound is not reported).
+    any objective under a cost model whose batches have no fixed cost (β = 0), have no proof (J is then the warm
+    start's length plus a margin, and the model's bound is not reported).
     """
     base = len(ws.schedule) if ws is not None else 0
     unproven = max(base + max(2, base // 10), 1)
@@ -112,7 +129,7 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
                   max_horizon: int | None = None,
                   progress: "Callable[[SolveProgress], None] | None" = None,
                   stop_early: bool = True) -> OptimalResult:
-    """Solve the CSP of infermax.txt §3.3 for ``workload`` and return the replayed optimum.
+    """Solve the CSP of InferMax §3.3 for ``workload`` and return the replayed optimum.
 
     objective: one of ``OBJECTIVES``, or ``completion``/``ttft``/``tpot`` over the requests of one
     tag, ``"ttft:short"`` (the others must still be served). backend: see :mod:`infermax.csp.backends`.

@@ -1,4 +1,4 @@
-"""``infermax solve``: the optimal schedule of a workload (the MILP of infermax.txt §3.3).
+"""``infermax solve``: the optimal schedule of a workload (the MILP of InferMax §3.3).
 
     infermax solve --workload fixed:I=64,O=4,B=4 --limits M=128,C=4096 --objective latency \\
                    --backend cpsat --time-limit 60 [--no-eviction] [--better-than vllm] [--out DIR] [--json] [-q]
@@ -27,7 +27,7 @@ SUMMARY = ("status", "method", "objective", "bound", "bound_method", "gap", "wal
 
 def add_subcommands(subparsers) -> None:
     """Add ``solve`` to the main ``infermax`` parser."""
-    p = subparsers.add_parser("solve", help="optimal schedule by MILP/CP (infermax.txt §3.3)",
+    p = subparsers.add_parser("solve", help="optimal schedule by MILP/CP (InferMax §3.3)",
                               description=__doc__.split("\n")[0])
     p.add_argument("--workload", required=True, help="workload spec, e.g. fixed:I=64,O=4,B=4")
     p.add_argument("--limits", default=None, help="e.g. M=128,C=4096,P=512,R_max=4")

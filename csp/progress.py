@@ -16,8 +16,7 @@ from typing import Any, Callable
 
 from .backends import SolveStatus
 from .budget import Budget
-from .result import (OptimalResult, combine, from_warm_start, is_better_bound, is_within, relative_gap,
-                     with_bound)
+from .result import OptimalResult, combine, from_warm_start, is_better_bound, is_within, relative_gap, with_bound
 from .warmstart import WarmStart
 
 
@@ -34,7 +33,7 @@ class SolveProgress:
 
     def line(self) -> str:
         """One human-readable line (what ``infermax solve`` prints)."""
-        fmt = lambda x: "-" if x is None else f"{x:.6g}"   # noqa: E731
+        fmt = lambda x: "-" if x is None else f"{x:.6g}"
         gap = "-" if self.gap is None else f"{100 * self.gap:.3g}%"
         note = f"  ({self.note})" if self.note else ""
         return (f"[{self.elapsed_s:7.1f} s] {self.stage:<22} objective {fmt(self.objective)}  "

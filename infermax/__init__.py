@@ -11,8 +11,10 @@ functions, each exported from the module (or subpackage) of the same name; those
 modules stay importable by name: ``from infermax.sweep import run_cells``,
 ``from infermax.execute.validation import validate``.
 """
-from . import workload_spec  # noqa: F401 - installs the grammar behind Workload.from_spec before a spec is read
-from . import schedulers
+from . import (
+    schedulers,
+    workload_spec,  # noqa: F401 - installs the grammar behind Workload.from_spec before a spec is read
+)
 from .engine import SchedulerStuckError, SimResult, simulate
 from .execute import execute
 from .metrics import metrics, metrics_by_tag

@@ -120,7 +120,7 @@ def find_capacity(workload: str, scheduler: str = "vllm", limits: str | None = N
         if not cells:
             return
         table = run_cells(list(cells.values()), executor=executor, workers=min(workers, len(cells)))
-        for (rate, cell), row in zip(cells.items(), table.to_dict("records")):
+        for rate, row in zip(cells, table.to_dict("records")):
             if isinstance(row.get("error"), str):
                 raise ValueError(f"capacity: the run at {rate:g} requests/s failed: {row['error']}")
             if tgt.metric not in row:

@@ -445,13 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "replica's scheduler (default sarathi: chunked prefill, as colocation needs; medha under "
                    "the medha-* policies)")
     p.add_argument("--load", type=float, help="with --cluster: rescale the arrivals to this multiple of the "
-                   "cluster's capacity (1.0 = FIFO's maximum throughput, measured first; pecsched.txt §6.6)")
+                   "cluster's capacity (1.0 = FIFO's maximum throughput, measured first; PecSched §6.6)")
     p.add_argument("--sp-replicas", type=int, help="with --cluster: most replicas per long request's gang "
                    "(default one node)")
     p.add_argument("--decode-replicas", type=int, help="with --cluster: replicas for short decodes under "
-                   "disaggregation (default pecsched.txt §6.2's 4/4/1/1)")
+                   "disaggregation (default PecSched §6.2's 4/4/1/1)")
     p.add_argument("--reserved-replicas", type=int, help="with --cluster and the reservation policy: replicas "
-                   "that serve long requests only (default: the majority, in whole gangs; pecsched.txt §6.3)")
+                   "that serve long requests only (default: the majority, in whole gangs; PecSched §6.3)")
     p.add_argument("--colocate-tokens", type=int, help="with --cluster: short prefill tokens colocated with a "
                    "long decode per replica and step (default 512)")
     p.add_argument("--kvp-group-tokens", type=int, help="with --cluster and kvp > 1: most KV tokens of one request "

@@ -1,6 +1,6 @@
 """The one clock every computation runs on: the workload's own, whose zero is its first arrival.
 
-DESIGN.md invariant 7: shifting every arrival by a constant changes no duration. A float64 holds
+docs/design.md invariant 7: shifting every arrival by a constant changes no duration. A float64 holds
 53 bits, so an absolute clock loses resolution with its size: at a Unix timestamp (~1.7e9 s) one
 unit in the last place is 2.4e-7 s, at 1e12 s it is 1.2e-4 s — a 9 ms batch time added to such a
 clock and read back as ``first token − arrival`` comes out wrong in its sixth or second digit, and

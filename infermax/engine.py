@@ -1,4 +1,4 @@
-"""The simulator: Algorithm 1's outer loop (infermax.txt §3.1, lines 1-7).
+"""The simulator: Algorithm 1's outer loop (InferMax §3.1, lines 1-7).
 
 plan (scheduler.next_batch) -> execute (cost model, inside ServingState.apply)
 -> commit (ServingState.apply). Idle time is explicit: when nothing can run, the
@@ -15,12 +15,11 @@ import numpy as np
 from .clock import on_relative_clock
 from .costmodel import CostModel, get_cost_model
 from .metrics import metrics as compute_metrics
+from .schedule import ScheduleWriter
 from .state import DONE, WAITING, ServingState
 from .state_view import StateView
 from .trace import Trace, TraceRecorder
-from .schedule import ScheduleWriter
 from .types import Batch, Limits, Schedule, Workload
-
 
 _NO_IDS = np.zeros(0, dtype=np.int64)
 
@@ -55,7 +54,7 @@ class SimResult:
 def resolve_inputs(workload: "Workload | str", limits: "Limits | str | None",
                    cost: "CostModel | str | None") -> tuple[Workload, Limits, CostModel]:
     """Accept objects or spec strings for the three inputs every entry point takes; the workload comes back
-    on its relative clock (:mod:`infermax.clock`: its first arrival at 0, DESIGN.md invariant 7)."""
+    on its relative clock (:mod:`infermax.clock`: its first arrival at 0, docs/design.md invariant 7)."""
     if isinstance(workload, str):
         workload = Workload.from_spec(workload)
     if not isinstance(workload, Workload):

@@ -1,6 +1,6 @@
 """The registered heuristics as the solver sees them: their Schedules on an instance, and their classes.
 
-The MILP never runs a scheduler (DESIGN.md: a warm start arrives as a Schedule, and
+The MILP never runs a scheduler (docs/design.md: a warm start arrives as a Schedule, and
 ``infermax.csp`` does not import ``infermax.schedulers``). Running them is the
 simulator's job, done here: :func:`heuristic_schedules` simulates the heuristics a
 warm-start source names and hands back their Schedules, which
@@ -15,7 +15,7 @@ import time
 
 from .costmodel import CostModel
 from .engine import SchedulerStuckError, simulate
-from .schedulers import available, get_scheduler
+from .schedulers import available
 from .state import ScheduleError
 from .types import Limits, Schedule, Workload
 

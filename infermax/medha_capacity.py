@@ -1,4 +1,4 @@
-"""Medha's capacity experiment (medha.txt §5.2, Figs. 15–16) as an ``infermax sweep`` config.
+"""Medha's capacity experiment (Medha §5.2, Figs. 15–16) as an ``infermax sweep`` config.
 
 Llama-3 8B on two nodes of 8 A100s; loads of 0.25–1.75 requests/s; at each load an
 hour of Poisson arrivals of the Medha mix with 5 % long requests

@@ -1,4 +1,4 @@
-"""Figures in the styles of infermax.txt §4 (matplotlib, Agg; every function returns the Figure).
+"""Figures in the styles of InferMax §4 (matplotlib, Agg; every function returns the Figure).
 
 - :func:`metric_grid`  a metric vs I, one line per scheduler, one panel per O
   (rows: several metrics, or a second facet such as M) — Fig. 5, 8, 9, 11, 12, 15;

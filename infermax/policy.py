@@ -2,7 +2,7 @@
 
 A :class:`Policy` has two kinds of fields.
 
-- The *class* (infermax.txt Table 1, §3.3 last paragraph) — which schedules are allowed:
+- The *class* (InferMax Table 1, §3.3 last paragraph) — which schedules are allowed:
   ``allow_eviction``, ``hybrid``, ``chunked_prefill``, ``P``, ``R_max``. The MILP
   (:mod:`infermax.csp`) reads only these: the optimum within a class is what the heuristics
   of that class are compared with (every ``-ef`` scheduler is in the no-eviction class, vLLM

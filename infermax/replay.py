@@ -7,8 +7,6 @@ request and the rule, and recomputes every batch time with the cost model.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from .costmodel import CostModel
 from .engine import resolve_inputs
 from .state import ScheduleError, ServingState

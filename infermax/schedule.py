@@ -101,7 +101,8 @@ class Batch:
 
     ``evict`` lists requests whose KV cache is dropped *before* the batch runs
     (recompute eviction). ``not_before_s`` is the earliest start time, in seconds since the
-    workload's first arrival (:mod:`infermax.clock`; a scheduler that idles until an arrival says so here); a batch never starts
+    workload's first arrival (:mod:`infermax.clock`; a scheduler that idles until an arrival says so here); a batch
+    never starts
     before the arrival of its requests nor before the previous batch ended.
     """
 

@@ -1,4 +1,4 @@
-"""Starvation: long requests a policy leaves unserved while it keeps serving short ones (pecsched.txt §3.2).
+"""Starvation: long requests a policy leaves unserved while it keeps serving short ones (PecSched §3.2).
 
 The paper's Table 2 counts the long requests that "never get served" under Priority while short
 requests keep arriving and keep the GPUs busy. A finite trace ends, and an overloaded cluster

@@ -1,7 +1,7 @@
 """Serving state and the one state transition every schedule obeys.
 
 ``ServingState.apply`` moves the state across one batch and checks every rule of
-DESIGN.md on the way (the judge's rules): it is the only place where request
+docs/design.md on the way (the judge's rules): it is the only place where request
 progress changes. The simulator calls it after each scheduler decision; `replay`
 calls it for each batch of a schedule it is handed. Schedulers only read the
 state.
@@ -30,7 +30,6 @@ from .costmodel import CostModel
 from .replica_inbox import ReplicaInbox
 from .status import DONE, FUTURE, RUNNING, WAITING, Status
 from .types import Limits, Workload
-
 
 # the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
 # small arrays of the hot paths (the same reduction, so the same results)

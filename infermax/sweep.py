@@ -51,8 +51,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .sweep_config import (DEFAULT_COSTS, DEFAULT_LIMITS, FIXED_TEMPLATE, Cell, SweepConfig,  # noqa: F401
-                           canonical_limits, config_columns, solver_label)
+from .sweep_config import (  # noqa: F401
+    DEFAULT_COSTS,
+    DEFAULT_LIMITS,
+    FIXED_TEMPLATE,
+    Cell,
+    SweepConfig,
+    canonical_limits,
+    config_columns,
+    solver_label,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +71,7 @@ def _solve(cell: Cell) -> dict[str, Any]:
     """A solver cell: the replayed metrics of the schedule found, the solver's account, and the
     schedule itself as JSON (``schedule_json``; optimal schedules are expensive and small)."""
     import infermax
+
     from .metrics import metrics
     from .replay import replay
 

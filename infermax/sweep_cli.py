@@ -125,7 +125,6 @@ def cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from . import plots
-
     from .cli import dumps_json
 
     path = Path(args.results)

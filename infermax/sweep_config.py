@@ -121,7 +121,6 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         from .schedulers import get_scheduler
-
         from .sweep_systems import canonical_system
 
         if not isinstance(self.systems, tuple):

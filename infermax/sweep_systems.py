@@ -81,10 +81,10 @@ def system_columns(system_json: str) -> dict[str, Any]:
 
 def run_system(workload: str, system_json: str) -> dict[str, Any]:
     """Simulate ``workload`` on the system; its metrics, per-tag metrics (suffixed by the tag) and size."""
+    import time
+
     from infermax.cluster import Cluster, ClusterEngine
     from infermax.types import Workload
-
-    import time
 
     cpu0 = time.process_time()
     s = json.loads(system_json)

@@ -6,7 +6,7 @@ a bad value raises ``ValueError`` naming the field and the value. Named upper
 bounds keep every sum exact in int64 and float: lengths and chunks below 2^31
 (``MAX_TOKENS``), limits M, C, P, R_max at most 2^53 (``MAX_LIMIT``).
 
-Request semantics (DESIGN.md): request *i* has prompt ``input_len`` (I), output
+Request semantics (docs/design.md): request *i* has prompt ``input_len`` (I), output
 ``output_len`` (O), arrival ``arrival_s`` (T). A batch gives it ``c`` tokens to
 process; evictions listed on a batch happen before that batch runs.
 """
@@ -332,7 +332,7 @@ class Workload:
 
 @dataclass(frozen=True, kw_only=True, slots=True, init=False)
 class Limits:
-    """Per-batch and memory limits (infermax.txt §2.2, §3.1).
+    """Per-batch and memory limits (InferMax §2.2, §3.1).
 
     M: KV-cache capacity in tokens. C: tokens processed per batch. P: prefill
     tokens per batch (defaults to C). R_max: running requests (holding KV) at

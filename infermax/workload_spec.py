@@ -3,7 +3,7 @@
 One spec string serves the CLI and the API (``Workload.from_spec``, which this
 module installs on import: :func:`infermax.types.register_spec_reader`):
 
-- ``fixed:I=64,O=32,B=1024`` — the paper's homogeneous grids (infermax.txt §4.1);
+- ``fixed:I=64,O=32,B=1024`` — the paper's homogeneous grids (InferMax §4.1);
 - ``mix:LILO+SISO,B=512,seed=1`` — App. A.3 mixes: S = {8, 16}, L = {512, 1024};
   B requests split evenly over the named groups, each length drawn uniformly from
   its set, then shuffled;

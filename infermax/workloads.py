@@ -1,6 +1,6 @@
 """Workload generators and trace loaders, all seeded and deterministic.
 
-``fixed`` (the paper's homogeneous grids, infermax.txt §4.1), ``mix`` (App. A.3
+``fixed`` (the paper's homogeneous grids, InferMax §4.1), ``mix`` (App. A.3
 mixes) and ``load_trace`` (the Splitwise/Vidur and Azure CSV traces), with the
 checks every generator shares (``check_real``, ``check_count``). The spec strings
 that name them (``fixed:I=64,O=32,B=1024``) are read by :mod:`infermax.workload_spec`.
@@ -68,7 +68,7 @@ def check_count(name: str, value: object, low: int, high: int) -> None:
 
 def fixed(I: int, O: int, B: int, rate_per_s: float | None = None, cv: float = 1.0,
           seed: int = 0) -> Workload:
-    """B identical requests with prompt I and output O (infermax.txt §4.1)."""
+    """B identical requests with prompt I and output O (InferMax §4.1)."""
     for name, v, high in (("I", I, MAX_TOKENS), ("O", O, MAX_TOKENS), ("B", B, MAX_REQUESTS)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"fixed workload: {name} must be a positive integer, got {v!r}")

@@ -1,10 +1,10 @@
 """Long-context workloads: PecSched's long-tail traces, Medha's mixes, and SLOs.
 
-- ``pecsched:splitwise_conv,n=2000`` — pecsched.txt §6.2: requests whose input is
+- ``pecsched:splitwise_conv,n=2000`` — PecSched §6.2: requests whose input is
   above the 95th percentile (``pct``) of a real trace become long, with inputs
   drawn uniformly from [``lo``, ``hi``] = [100K, 500K]; outputs and arrival times
   keep the trace's. Tags: ``short`` / ``long``.
-- ``medha:B=400,long_frac=0.05,rate=0.5`` — medha.txt §5.1: short requests from
+- ``medha:B=400,long_frac=0.05,rate=0.5`` — Medha §5.1: short requests from
   a real conversation trace (Splitwise conv, capped at 8K tokens, standing in for
   ShareGPT4) plus a fraction ``long_frac`` of long requests with inputs uniform in
   [128K, 1M] and outputs log-normal with median 518 and p90 808 (the paper's
@@ -50,7 +50,7 @@ def _check_lengths(kind: str, lo: int, hi: int) -> None:
 
 def pecsched_trace(source: str = "splitwise_conv", n: int | None = 2000, pct: float = 95.0,
                    lo: int = 100_000, hi: int = 500_000, seed: int = 0, time_scale: float = 1.0) -> Workload:
-    """PecSched's long-tail construction over a real trace (pecsched.txt §6.2)."""
+    """PecSched's long-tail construction over a real trace (PecSched §6.2)."""
     check_real("pecsched workload: pct", pct)
     if not 0 < pct < 100:
         raise ValueError(f"pecsched workload: pct must be in (0, 100), got {pct}")
@@ -73,7 +73,7 @@ def pecsched_trace(source: str = "splitwise_conv", n: int | None = 2000, pct: fl
 def medha_mix(B: int, long_frac: float = 0.05, lo: int = 128_000, hi: int = 1_000_000,
               rate_per_s: float | None = 0.5, seed: int = 0, short_source: str = "splitwise_conv",
               short_cap: int = 8192) -> Workload:
-    """Medha's short + long-context mix (medha.txt §5.1)."""
+    """Medha's short + long-context mix (Medha §5.1)."""
     check_count("medha workload: B", B, 1, MAX_REQUESTS)
     check_real("medha workload: long_frac", long_frac, allow_low=True)
     if not 0 <= long_frac <= 1:

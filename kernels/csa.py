@@ -1,7 +1,7 @@
-"""Communication-efficient sparse attention (CSA, csps.txt §3.2.4-3.2.5): reference and Triton kernel.
+"""Communication-efficient sparse attention (CSA, CSPS §3.2.4-3.2.5): reference and Triton kernel.
 
 CSA cuts a sequence into level-1 segments of ``segment_tokens`` tokens (one SPT per
-GPU); a level-v segment joins 2^(v-1) neighbouring level-1 segments (csps.txt
+GPU); a level-v segment joins 2^(v-1) neighbouring level-1 segments (CSPS
 Fig. 6/7), and the top level ``num_levels`` spans the whole sequence. For a query,
 the keys of its own level-1 segment are level 1; a key first shared at level v
 (same level-v segment, different level-(v-1) segment) is level v. So the levels
@@ -13,7 +13,7 @@ paper the previous layer's attention score. With p the level-2 drop ratio,
 
     keep_2 = 1 - p,   keep_(2+n) = (1 - p) / 2^n.
 
-csps.txt writes the rule as ``1 - p = (1 - p')/2^n``; read literally that raises
+CSPS writes the rule as ``1 - p = (1 - p')/2^n``; read literally that raises
 the kept fraction with distance (above 1 for p < 1/2), contradicting "a higher
 level ... drops more unimportant tokens" and "tokens attended within a region
 roughly inversely proportional to the distance". We implement the halving keep
@@ -24,7 +24,7 @@ round(keep_v * ring size) keys, ties broken towards the earlier key. The rule li
 dense KV moved and attended is :func:`~infermax.costmodel.communication.csa_kv_fractions`.
 
 Each level's attention is computed separately and the levels are combined by
-their softmax denominators, csps.txt eq. (5) O = sum_i z_i / (sum_j z_j) O_i,
+their softmax denominators, CSPS eq. (5) O = sum_i z_i / (sum_j z_j) O_i,
 which is :func:`merge.merge_states_multi` with lse_i = ln z_i (natural log).
 This also is the §3.2.5 pipeline: a level can be attended as soon as its keys
 arrive, the merge waits only for the small (o, lse) pairs.
@@ -313,7 +313,7 @@ class CsaError:
 def attention_importance(q, k, scale=None) -> torch.Tensor:
     """float32 [num_q_heads, num_tokens]: causal attention probability each key receives, summed over queries.
 
-    The H2O-style score CSA ranks keys by (csps.txt uses the previous layer's);
+    The H2O-style score CSA ranks keys by (CSPS uses the previous layer's);
     computed here from this layer's own q and k, so it is an oracle ranking.
     """
     num_tokens = q.shape[0]

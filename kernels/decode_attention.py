@@ -5,7 +5,7 @@ key/value already written), so it sees every cached key. To keep a GPU busy when
 the batch is small and sequences are long, the keys of each sequence are cut into
 ``num_splits`` contiguous ranges; each (sequence, kv head, split) program returns a
 partial output with its log-sum-exp, and :func:`merge.merge_states_multi` combines
-them (the same merge that KV-cache parallelism uses across GPUs, medha.txt §3.4).
+them (the same merge that KV-cache parallelism uses across GPUs, Medha §3.4).
 
 Shapes and dtypes (layouts of :mod:`infermax.kernels.paged`):
     q            [num_seqs, num_q_heads, head_dim]  float32/float16/bfloat16

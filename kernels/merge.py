@@ -8,8 +8,8 @@ each part,
     o     = exp(lse_a - lse) * o_a + exp(lse_b - lse) * o_b
 
 This is the combine step of flash-decoding (split-KV), of Medha's KV-cache
-parallelism (medha.txt §3.4: partial outputs of KV shards merged by online
-softmax) and of CSA's per-level outputs (csps.txt eq. 5: weights z_i / sum_j z_j
+parallelism (Medha §3.4: partial outputs of KV shards merged by online
+softmax) and of CSA's per-level outputs (CSPS eq. 5: weights z_i / sum_j z_j
 with z_i = exp(lse_i)). FlashInfer's ``merge_state`` / ``merge_states`` are the
 model; unlike FlashInfer's kernels (base 2) the lse here is **natural log**, as
 ``torch.logsumexp`` gives.

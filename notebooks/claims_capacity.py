@@ -1,4 +1,4 @@
-"""Medha's capacity claims (medha.txt §5.2, Figs. 15–16): Medha vs LoongServe vs Sarathi under load.
+"""Medha's capacity claims (Medha §5.2, Figs. 15–16): Medha vs LoongServe vs Sarathi under load.
 
 :func:`run_capacity` runs the sweep of :mod:`infermax.medha_capacity` (7 loads × the
 systems, Llama-3 8B on 16 A100s, 5 % long requests, an hour of arrivals measured over
@@ -18,7 +18,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-
 from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, cells, comparable, fmt_factor, registrar, wide
 
 from infermax.medha_capacity import LOADS_RPS, WINDOW_S, capacity_config
@@ -92,7 +91,7 @@ def capacity_figure(df: pd.DataFrame):
         ax.set_xlabel("load, requests/s")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
-    fig.suptitle("Llama-3 8B on 16 A100s (medha.txt Figs. 15-16)")
+    fig.suptitle("Llama-3 8B on 16 A100s (Medha Figs. 15-16)")
     fig.tight_layout()
     return fig
 

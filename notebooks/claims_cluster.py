@@ -1,4 +1,4 @@
-"""PecSched's cluster claims (pecsched.txt §3.2, §6.3, §6.4), measured on notebook 08's results.
+"""PecSched's cluster claims (PecSched §3.2, §6.3, §6.4), measured on notebook 08's results.
 
 The results table has one row per (``model``, ``policy``): the four §6.2 models on 4 nodes x 8 A100-80GB,
 the Azure-derived Splitwise conversation trace with inputs above the 95th percentile replaced by 100K-500K
@@ -11,7 +11,6 @@ and says the gain grows with model size, Mistral is held to the range's low end 
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import Claim, Effect, Ours, Share, comparable, fmt_factor, registrar, select
 
 CLAIMS: list[Claim] = []

@@ -1,4 +1,4 @@
-"""InferMax's claims of §4.2-4.4 and App. A.1 (infermax.txt), measured on notebooks 01-03's results tables.
+"""InferMax's claims of §4.2-4.4 and App. A.1 (InferMax), measured on notebooks 01-03's results tables.
 
 A results table is a sweep's (one row per cell: ``policy``, ``scheduler``, ``I``, ``O``, ``B``, ``M`` and the
 metrics). Every measure uses the whole grid the paper's statement is about; "up to" claims take the maximum
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
 from claimlib import TIE, Claim, Effect, Near, Ordering, Ours, Share, cells, comparable, peak, registrar, steps, wide
 
 CLAIMS: list[Claim] = []

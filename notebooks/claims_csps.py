@@ -1,4 +1,4 @@
-"""CSPS's claims (csps.txt §3.2.3, §4.1, §5.3), measured on notebook 10's results.
+"""CSPS's claims (CSPS §3.2.3, §4.1, §5.3), measured on notebook 10's results.
 
 The results table has a ``table`` column: ``serving`` rows, one per (``model``, ``dataset``, ``policy``):
 CSPS, its ablations and Sarathi-Serve (TP 4 × PP 2, 256-token chunks) on 8 nodes × 8 A100 (400 Gbit/s per
@@ -10,7 +10,6 @@ node), Table 2's length distributions, Poisson arrivals at 1 request/s (§5.2); 
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import Claim, Effect, Missing, Ours, PerCell, Share, fmt_factor, per_cell, registrar
 
 CLAIMS: list[Claim] = []

@@ -1,4 +1,4 @@
-"""Medha's (medha.txt §5) and PecSched's (pecsched.txt §3, §6) claims, measured on notebook 07's results.
+"""Medha's (Medha §5) and PecSched's (PecSched §3, §6) claims, measured on notebook 07's results.
 
 The results table has one row per (``experiment``, ``scheduler``): experiment ``medha`` (Medha, Medha-FCFS and
 Sarathi with static 512- and 2048-token chunks on a Medha workload) and ``pecsched`` (PecSched, FIFO and
@@ -9,7 +9,6 @@ between our own runs of the policies, never with the papers' baselines we do not
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import Claim, Effect, Ordering, Ours, Share, cells, comparable, fmt_factor, registrar, select
 
 CLAIMS: list[Claim] = []

@@ -1,4 +1,4 @@
-"""Medha's 3D-parallelism claims (medha.txt §3.3–3.5, §5.3), measured on notebook 09's results.
+"""Medha's 3D-parallelism claims (Medha §3.3–3.5, §5.3), measured on notebook 09's results.
 
 The results table (notebooks/medha_runs.py) has one row per cluster run, column ``experiment`` one of
 ``kvp`` (Fig. 11), ``spp`` (Fig. 9), ``spp_decode`` (Fig. 10), ``prefill_128`` (Figs. 7–8), ``tradeoff``
@@ -9,7 +9,6 @@ that the executed plan reproduces what the calibration priced, the other rows ar
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, Share, cells, comparable, fmt_factor, registrar
 
 CLAIMS: list[Claim] = []

@@ -9,7 +9,6 @@ two-type mix on Llama-2-7B / A100 per load share of the fluid limit and schedule
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, cells, fmt_factor, registrar
 
 CLAIMS: list[Claim] = []
@@ -87,7 +86,8 @@ ao("abstract, Vidur experiments", "WAIT's throughput is 20-30 % higher than vLLM
    "here)")(_gain("wait"))
 ao("abstract, Vidur experiments", "Nested WAIT's throughput is 20-30 % higher than vLLM's (ours: at the highest "
    "load of the sweep)", Effect(lo=1.2, hi=1.3, unit="%+"),
-   "as for WAIT; Nested WAIT pays a little for reserving KV up to each segment's end without knowing O")(_gain("nested-wait"))
+   "as for WAIT; Nested WAIT pays a little for reserving KV up to each segment's end without knowing O"
+   )(_gain("nested-wait"))
 
 
 @ao("abstract, Vidur experiments", "WAIT and Nested WAIT have lower latency than vLLM and Sarathi near overload "

@@ -1,4 +1,4 @@
-"""InferMax's claims of §4.5-4.7 and App. A.3 (infermax.txt), measured on notebooks 04-06's results tables.
+"""InferMax's claims of §4.5-4.7 and App. A.3 (InferMax), measured on notebooks 04-06's results tables.
 
 Notebook 04's table holds the heuristics and the two solver cells per I (``optimal``, ``optimal:no-eviction``,
 with the solver's ``bound``); 05's adds ``R_max``; 06's has one row per (``mix``, ``B``, ranking). "Up to"
@@ -8,7 +8,6 @@ paper's direction.
 from __future__ import annotations
 
 import pandas as pd
-
 from claimlib import TIE, Claim, Effect, Missing, Near, Ordering, Ours, Share, cells, peak, registrar, steps, wide
 
 CLAIMS: list[Claim] = []

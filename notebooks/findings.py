@@ -8,7 +8,8 @@ DIR and a re-run resumes from them (to redraw figures without recomputing).
 Claims. Every paper claim a notebook reproduces is one :class:`claimlib.Claim` (``claims_contention.py``:
 InferMax §4.2-4.4; ``claims_scheduling.py``: §4.5-4.7; ``claims_longctx.py``: Medha and PecSched): the paper's
 statement and number, a tolerance, and a function that measures our number on a notebook's results table.
-The verdict (reproduced / direction only / differs / by construction / not run; see ``claimlib.py``) is computed from them,
+The verdict (reproduced / direction only / differs / by construction / not run; see ``claimlib.py``) is computed from
+them,
 never written by hand.
 
 The table ``FINDINGS.md`` / ``FINDINGS.csv`` is computed from the committed FULL results only::
@@ -30,8 +31,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-
-from claimlib import BY_CONSTRUCTION, NOT_RUN, REPRODUCED, TOLERANCE_NOTE, VERDICTS, Claim, DIFFERS, DIRECTION_ONLY
+from claimlib import BY_CONSTRUCTION, DIFFERS, DIRECTION_ONLY, NOT_RUN, REPRODUCED, TOLERANCE_NOTE, VERDICTS, Claim
 
 HERE = Path(__file__).resolve().parent
 FIGURES = HERE / "figures"
@@ -115,7 +115,8 @@ def markdown(df: pd.DataFrame) -> str:
             "(`notebooks/figures/*_results.csv`, written by `INFERMAX_NOTEBOOK_MODE=full` runs); "
             "`python notebooks/findings.py --rerun` re-runs the notebooks first. Do not edit by hand.", "",
             f"**{len(df)} claims: {c[REPRODUCED]} reproduced, {c[DIRECTION_ONLY]} direction only, "
-            f"{c[DIFFERS]} differ, {c[BY_CONSTRUCTION]} by construction, {c[NOT_RUN]} not run.**", "", "Tolerances. " + TOLERANCE_NOTE, "",
+            f"{c[DIFFERS]} differ, {c[BY_CONSTRUCTION]} by construction, {c[NOT_RUN]} not run.**", "",
+            "Tolerances. " + TOLERANCE_NOTE, "",
             "Notebook 04's solves stop at 30 s: those not proven optimal (status `feasible` in "
             "`figures/04_optimal_evictions_results.csv`) can move a little between two runs of the same code.", "",
             "| nb | paper | § | claim | paper's number | ours | tolerance | verdict | cause |",

@@ -1,4 +1,4 @@
-"""Notebook 09's runs: Medha's 3D parallelism (medha.txt §3.3–3.5, §5.3) executed by the cluster engine.
+"""Notebook 09's runs: Medha's 3D parallelism (Medha §3.3–3.5, §5.3) executed by the cluster engine.
 
 Every number is a cluster run (:func:`infermax.cluster.simulate_cluster`) whose replica executes its plan
 stage by stage and KVP group by group (:mod:`infermax.cluster.plans`); nothing here is a formula. Each

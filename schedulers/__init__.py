@@ -8,9 +8,22 @@ callables over a :class:`RequestView` (:mod:`infermax.ordering`).
 from infermax.ordering import RequestView, register_rank_key, register_victim
 from infermax.policy import Policy
 
-from . import (boundguided, mcsf, medha, nested_wait, pecsched, rank, sarathi, vllm,  # noqa: F401  (registration)
-               vllm_v1, wait)
-from . import fastertransformer, lightllm, mnemosyne, orca  # noqa: F401  (Vidur's replica schedulers)
+from . import (  # noqa: F401  (registration)  # noqa: F401  (Vidur's replica schedulers)
+               boundguided,
+               fastertransformer,
+               lightllm,
+               mcsf,
+               medha,
+               mnemosyne,
+               nested_wait,
+               orca,
+               pecsched,
+               rank,
+               sarathi,
+               vllm,
+               vllm_v1,
+               wait,
+)
 from .base import Plan, Scheduler
 from .framework import GetNextBatch, register_family
 from .registry import available, describe_all, get_scheduler, register_scheduler, split_specs

@@ -1,4 +1,4 @@
-"""The scheduler interface the engine drives (infermax.txt Algorithm 1, lines 1-7).
+"""The scheduler interface the engine drives (InferMax Algorithm 1, lines 1-7).
 
 Each step is one forward pass. The engine hands the scheduler the read-only
 ``ServingState``; the scheduler answers with a ``Plan``: which requests process

@@ -60,7 +60,7 @@ class Works:
     """
 
     def __init__(self, state: ServingState) -> None:
-        from infermax.bounds.costs import coefficients_of    # here: infermax.bounds imports the registry
+        from infermax.bounds.costs import coefficients_of  # here: infermax.bounds imports the registry
         from infermax.bounds.requests import _lines
 
         lim = state.limits

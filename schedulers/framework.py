@@ -1,4 +1,4 @@
-"""The unified GetNextBatch framework (infermax.txt Algorithm 1, §3.1).
+"""The unified GetNextBatch framework (InferMax Algorithm 1, §3.1).
 
 GetNextBatch walks groups of candidates (hook 1, GroupRequests); skips a
 candidate whose phase differs from the batch's when hybrid batching is off
@@ -284,7 +284,7 @@ class GetNextBatch(Scheduler):
 
     def set_token_budget(self, state: ServingState, tokens: int | None) -> None:
         """Cap the tokens of the next batches at ``tokens`` (None: the scheduler's own C and P again) —
-        the cluster layer's colocation threshold (pecsched.txt §5.2)."""
+        the cluster layer's colocation threshold (PecSched §5.2)."""
         p, lim = self.policy, state.limits
         C = min(p.C, lim.C) if p.C is not None else lim.C
         P = min(p.P, lim.P) if p.P is not None else lim.P

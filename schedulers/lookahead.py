@@ -1,6 +1,6 @@
 """Look-ahead admission: admit a request only if the KV cache never overflows later.
 
-Output lengths are known (as in infermax.txt §3.3), so the KV each running
+Output lengths are known (as in InferMax §3.3), so the KV each running
 request will hold in every future batch is predictable: it grows by one token
 per batch until it completes and frees everything. A waiting request is admitted
 when the *future* profile of the running requests plus its own ramp stays within
@@ -131,7 +131,8 @@ class Admission:
 
         Admissions are also staggered: one per ``gap`` batches, where ``gap`` spreads the
         ages of the running requests evenly over their output length, so that completions
-        (and the KV they free) arrive steadily instead of in waves (unless ``stagger`` is off). The prediction needs every
+        (and the KV they free) arrive steadily instead of in waves (unless ``stagger`` is off). The prediction needs
+        every
         running request to decode in every batch, so at most C requests run.
         """
         gap = stagger_gap(state, int(cand[0])) if running.size and self.stagger else 0

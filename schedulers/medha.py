@@ -1,4 +1,4 @@
-"""Medha's slack-aware scheduling with adaptive chunking (medha.txt §3.2, §4.2).
+"""Medha's slack-aware scheduling with adaptive chunking (Medha §3.2, §4.2).
 
 Each batch: every decode first (decodes are never preempted); then prefill
 chunks, requests ordered by input-length-aware least remaining slack (ILRS,

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infermax.state import DONE, RUNNING, WAITING, ServingState
+from infermax.state import DONE, WAITING, ServingState
 
 from .base import Plan, Scheduler
 from .registry import register_scheduler
@@ -101,9 +101,9 @@ class PrefillTimes:
         if n not in self._table:
             total, done = 0, 0
             while done < n:
-                kv = done
-                chunk, t = best_chunk(lambda c: self.cost.batch_time(np.array([c]), np.array([kv]),
-                                                                      np.array([False])), n - done, self.target_s)
+                def time_of(c, kv=done):
+                    return self.cost.batch_time(np.array([c]), np.array([kv]), np.array([False]))
+                chunk, t = best_chunk(time_of, n - done, self.target_s)
                 if chunk == 0:
                     break
                 total += t

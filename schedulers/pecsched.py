@@ -1,4 +1,4 @@
-"""PecSched at replica level (pecsched.txt §3.2, §5.1-5.2), and its two baselines.
+"""PecSched at replica level (PecSched §3.2, §5.1-5.2), and its two baselines.
 
 Requests are short or long (the workload's ``long`` tags, else prompt >=
 ``long_threshold`` tokens). Every batch runs every decode first: decodes are

@@ -1,4 +1,4 @@
-"""Ranking schedulers of infermax.txt App. A.3: one group ordered by a request key.
+"""Ranking schedulers of InferMax App. A.3: one group ordered by a request key.
 
 Rank_org keeps arrival order, Rank_I orders by input length, Rank_O by output
 length (shortest first). Built on Algorithm 1 with a single group, hybrid

@@ -1,4 +1,4 @@
-"""Sarathi and its variants (infermax.txt Table 1): decodes first.
+"""Sarathi and its variants (InferMax Table 1): decodes first.
 
 Groups: running decodes, running (partially prefilled) requests, waiting
 requests. Decodes that cannot get a KV slot evict lowest-priority running

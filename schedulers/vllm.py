@@ -1,4 +1,4 @@
-"""vLLM and vLLM-hy (infermax.txt Table 1): prefills first, no chunked prefill.
+"""vLLM and vLLM-hy (InferMax Table 1): prefills first, no chunked prefill.
 
 vLLM: waiting requests first (whole prompts, up to C tokens), no hybrid batches:
 a batch is all-prefill or all-decode. When a running decode cannot get a KV slot

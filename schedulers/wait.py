@@ -43,7 +43,7 @@ from infermax.fluid import binding, equilibrium, fluid_types, stability_limit
 from infermax.policy import Policy
 from infermax.state import ServingState
 
-from .framework import DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, GetNextBatch
+from .framework import GetNextBatch
 from .registry import register_scheduler
 
 

@@ -86,8 +86,8 @@ def _set(obj: Any, key: Any, value: Any) -> None:
 
 def _cases_format() -> list[Case]:
     """Wrongly typed or shaped fields: rule ``format``, the field named."""
-    g0 = lambda d: d["gangs"][0]                                        # noqa: E731
-    m0 = lambda d: d["migrations"][0]                                   # noqa: E731
+    g0 = lambda d: d["gangs"][0]
+    m0 = lambda d: d["migrations"][0]
     f = "format"
     return [
         Case("format_missing", "fifo", lambda d: d.pop("format"), f, "format must be"),
@@ -278,7 +278,7 @@ def _receive_gang_request(d: dict) -> None:
 
 def _cases_rules() -> list[Case]:
     """Documents that read well but break a rule of the judge (judge.py, judge_gangs.py, judge_plans.py)."""
-    g0 = lambda d: d["gangs"][0]                                        # noqa: E731
+    g0 = lambda d: d["gangs"][0]
     return [
         *[_rule(f"hold_over_M_{p}", p, lambda d: _set(gang_hold(d), 4, _M(d) + 1), "M", "> M =")
           for p in ("fifo", "reservation", "priority", "csps", "pecsched")],

@@ -4,17 +4,15 @@ encoding under test picks its own cases). See docs/rules.md.
 """
 from __future__ import annotations
 
-import copy
 from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 import pytest
 
-from infermax import Batch, Limits, Schedule, Workload, replay, simulate
+from infermax import Batch, Limits, Schedule, Workload, simulate
 from infermax.costmodel import get_cost_model
 from infermax.csp import backends
-from infermax.state import ScheduleError
 
 COST = get_cost_model(None)
 #: the rulebook's rules (docs/rules.md); the judge's ScheduleError.rule names where it has one
@@ -34,7 +32,7 @@ def needs_cpsat() -> None:
 
 # --- the schedule, re-walked without checks ------------------------------------------------------
 class Walk(NamedTuple):
-    """What a schedule does by DESIGN.md's semantics, checked against nothing.
+    """What a schedule does by docs/design.md's semantics, checked against nothing.
 
     States [B, n + 1] before each batch (column j, before its evictions; column n: the end):
     m (KV), inp (input size), gen (tokens generated). Batches [B, n]: c, e (evicted before it).

@@ -1,7 +1,7 @@
 """An exhaustive reference optimum for tiny instances: the test suite's independent judge.
 
 ``Oracle(workload, limits, cost).solve(objective, policy)`` runs a label-setting search over the
-per-request states (m, inp, gen) of DESIGN.md "Request semantics", re-implemented here
+per-request states (m, inp, gen) of docs/design.md "Request semantics", re-implemented here
 (no ``ServingState``, no ``replay`` inside the search) and priced with the library's cost
 model only. It returns the optimal value and an optimal :class:`~infermax.Schedule`, so a
 test can replay the oracle's own answer. The moves from each state are cached on the
@@ -16,7 +16,8 @@ the tokens are added, before completions free their KV), *price* it with
 ``cost.batch_time(c, m_before, m_before >= inp)``, *commit* (a token is generated when m
 reaches inp or in decode; at gen == O the KV is freed). A batch starts at
 max(clock, arrival of each of its requests) (the schedule it returns says so in ``not_before_s``,
-in seconds since the first arrival: a schedule's clock, ``infermax.clock``). A policy class (``infermax.csp.Policy``) keeps
+in seconds since the first arrival: a schedule's clock, ``infermax.clock``). A policy class (``infermax.csp.Policy``)
+keeps
 the moves without evictions, without decode and (re)fill requests together (hybrid), without
 a (re)fill chunk that does not finish its fill (chunked prefill), within its P and R_max.
 An eviction of a request outside the batch that the batch does not need is left to a later

@@ -6,15 +6,14 @@ b·(M // b), valid because blocks only tighten M) and the exhaustive oracle.
 """
 import numpy as np
 import pytest
+from factories import make_workload
+from oracle import oracle
 
 from infermax import Limits, Schedule, Workload, lower_bound, replay, simulate
 from infermax.costmodel import get_cost_model
 from infermax.schedulers import get_scheduler
 from infermax.state import ScheduleError, ServingState
 from infermax.types import Batch
-
-from factories import make_workload
-from oracle import oracle
 
 COST = get_cost_model(None)
 

@@ -7,8 +7,10 @@ KV-block semantics, the options, and the one claim the policy makes.
 """
 import numpy as np
 import pytest
+from factories import small_instances
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_schedulers_finish import finishes_or_refuses, tight_instances
 
 from infermax import Limits, Workload, lower_bound, replay, simulate
 from infermax.bounds.costs import coefficients_of
@@ -16,9 +18,6 @@ from infermax.bounds.order import request_works
 from infermax.costmodel import get_cost_model
 from infermax.schedulers import get_scheduler
 from infermax.state import ServingState
-
-from factories import small_instances
-from test_schedulers_finish import finishes_or_refuses, tight_instances
 
 GUIDED = ["bound-ttft", "bound-e2e", "bound-e2e-ef"]
 #: the existing policies that lead the mean-TTFT column on small instances

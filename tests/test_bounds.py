@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, simulate
@@ -13,8 +14,6 @@ from infermax.cli import main
 from infermax.costmodel import LinearCostModel, get_cost_model
 from infermax.schedulers import Plan, Scheduler, get_scheduler
 from infermax.state import Status
-
-from factories import ALL_SCHEDULERS, small_instances
 
 METHODS = ("work", "lp", "lagrangian")
 

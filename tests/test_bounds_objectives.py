@@ -16,6 +16,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from oracle import Oracle
+from test_oracle import tiny_instance
 
 from infermax import Limits, Workload, replay, simulate
 from infermax.bounds import check_scheduler, lower_bound, parse_objective
@@ -23,8 +25,6 @@ from infermax.bounds.objectives import trace_value
 from infermax.bounds.order import quantile_of_sorted, srpt_completions
 from infermax.costmodel import get_cost_model
 from infermax.types import Request
-from oracle import Oracle
-from test_oracle import tiny_instance
 
 #: the registered cost models the bounds read (the roofline is not linear: lower_bound refuses it)
 COSTS = ("default", "a100/llama2-70b", "a100/llama3-8b", "h100/llama2-7b", "scaled:h100/llama2-70b@tp=2")

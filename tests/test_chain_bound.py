@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS
 
 from infermax import Limits, Workload, simulate
 from infermax.bounds import lower_bound
 from infermax.bounds.chains import _tent_values, _tents
 from infermax.types import Request
-from factories import ALL_SCHEDULERS
 
 COSTS = ("default", "a100/llama2-70b", "h100/llama2-7b")
 

@@ -247,7 +247,7 @@ def test_execute_and_sweep_are_plain_functions():
     assert inspect.isfunction(infermax.execute) and inspect.isfunction(infermax.sweep)
     assert type(importlib.import_module("infermax.execute")) is type(inspect)      # plain modules, importable
     assert type(SWEEP_MODULE) is type(inspect)
-    from infermax.execute.validation import validate                                 # noqa: F401
+    from infermax.execute.validation import validate  # noqa: F401
 
 
 def test_readme_sweep_then_plot(capsys, tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Durations do not depend on where the clock starts (DESIGN.md invariant 7; issue 36 §1).
+"""Durations do not depend on where the clock starts (docs/design.md invariant 7; issue 36 §1).
 
 A workload shifted by 1e6, 1.7e9 (a Unix timestamp) or 1e12 s gives the same metrics, traces, bounds
 and judge verdicts as the workload itself, to the last bit, in the simulator, ``replay``, the cluster
@@ -42,7 +42,9 @@ def shifted(w: Workload, shift_s: float) -> Workload:
 def same_bits(a: dict, b: dict) -> list[str]:
     """The keys whose values differ in any bit (NaN equals NaN)."""
     assert a.keys() == b.keys()
-    return [k for k in a if np.asarray(a[k], dtype=np.float64).tobytes() != np.asarray(b[k], dtype=np.float64).tobytes()]
+    def bits(v):
+        return np.asarray(v, dtype=np.float64).tobytes()
+    return [k for k in a if bits(a[k]) != bits(b[k])]
 
 
 @pytest.fixture(scope="module")

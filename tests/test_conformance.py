@@ -8,7 +8,7 @@ Per rule of the rulebook there is one small seeded instance and
   batch changed (a chunk one token too long, a decode of two tokens, an eviction of a request
   holding no KV, a token after completion, the last token missing).
 
-Both are measured by :func:`walk`, a few lines that re-apply DESIGN.md's request semantics
+Both are measured by :func:`walk`, a few lines that re-apply docs/design.md's request semantics
 without checking anything, so no encoding under test picks its own cases. Each encoding then
 answers the question it can:
 
@@ -43,15 +43,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from conformance_cases import COST, EPS_S, RULES, Case, Walk, case_of, ids_of, needs_cpsat, walk
 
-from infermax import Batch, Limits, Schedule, Workload, metrics, replay
+from infermax import Limits, Schedule, Workload, metrics, replay
 from infermax.bounds import lower_bound
 from infermax.bounds.work import batch_count_floor
-from infermax.csp import Policy, Strengthening
-from infermax.csp import backends
-from infermax.csp.milp.build import build
+from infermax.csp import Policy, Strengthening, backends
 from infermax.csp.milp import aggregate
 from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
+from infermax.csp.milp.build import build
 from infermax.csp.milp.flows import assign_flows
 from infermax.csp.milp.formulation import Formulation
 from infermax.csp.milp.model import LinExpr, Model
@@ -62,7 +62,6 @@ from infermax.csp.search import batchcount, classstate
 from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.warmstart import assign
 from infermax.state import ScheduleError, ServingState
-from conformance_cases import COST, EPS_S, RULES, Case, Walk, case_of, ids_of, needs_cpsat, walk
 
 
 # --- judge ---------------------------------------------------------------------------------------

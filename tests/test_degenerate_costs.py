@@ -37,7 +37,8 @@ def _below(bound: float, value: float, objective: str) -> bool:
 
 
 @pytest.mark.solver
-@pytest.mark.parametrize("model", ["all-zero", "no-per-batch-time", pytest.param("free-prefill", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("model", ["all-zero", "no-per-batch-time",
+                                   pytest.param("free-prefill", marks=pytest.mark.slow)])
 def test_solve_optimal_bounds_every_objective(model):
     """Was ZeroDivisionError in relative_gap (all-zero) and "gives batches no fixed cost; pass horizon="."""
     cost = _cost(model)

@@ -7,9 +7,9 @@ import pytest
 
 from infermax import Limits, Request, Schedule, Workload, simulate
 from infermax.cli import main
+from infermax.costmodel import get_cost_model
 from infermax.engines.plans import PlanStep, check_plan, executed_as_planned, missing, offline, plan_steps, ready
 from infermax.rundir import write_run
-from infermax.costmodel import get_cost_model
 from infermax.schedule import Batch
 
 LIM = Limits(M=128, C=64, R_max=4, block_size=32)          # 4 blocks of 32

@@ -1,7 +1,5 @@
 """The vLLM adapter's pure parts (no vLLM needed): recorded steps as a Schedule, the limits mapping,
 lockstep arrivals, and the vllm-v1 preset on hand-made and recorded vLLM runs (issue 37)."""
-import json
-import math
 from pathlib import Path
 
 import numpy as np
@@ -10,11 +8,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload, replay, simulate
-from infermax.engines.fidelity import compare_preset, compare_schedules, judge
-from infermax.engines.records import (Measurements, RequestTiming, StepRecord, load_engine_run, lockstep_workload,
-                                      schedule_from_records, unit_cost, write_engine_run)
-from infermax.engines.vllm_config import engine_limits, kv_cache_bytes, limits_of_engine, parse_shape
 from infermax.costmodel import get_cost_model
+from infermax.engines.fidelity import compare_preset, compare_schedules, judge
+from infermax.engines.records import (
+    Measurements,
+    RequestTiming,
+    StepRecord,
+    load_engine_run,
+    lockstep_workload,
+    schedule_from_records,
+    unit_cost,
+    write_engine_run,
+)
+from infermax.engines.vllm_config import engine_limits, kv_cache_bytes, limits_of_engine, parse_shape
 
 RECORDED = Path(__file__).parent / "data" / "vllm"
 

@@ -12,13 +12,12 @@ import ast
 import dataclasses
 
 import pytest
+from test_walls import ROOT, package_dirs
 
 from infermax import Limits, Workload
 from infermax.cluster.spec import Cluster
 from infermax.costmodel.linear import LinearCoefficients
 from infermax.costmodel.parallel import ParallelConfig
-
-from test_walls import ROOT, package_dirs
 
 
 def _field_names(cls: ast.ClassDef) -> set[str]:

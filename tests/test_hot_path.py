@@ -2,6 +2,7 @@
 without its Batch, an active set filtered only after completions); each gives what the plain way gives."""
 import numpy as np
 import pytest
+from factories import make_workload
 
 from infermax import Batch, Limits, Schedule, ScheduleError, Workload, replay
 from infermax.costmodel import LinearCoefficients, LinearCostModel
@@ -10,8 +11,6 @@ from infermax.schedule import ScheduleWriter
 from infermax.schedulers import get_scheduler
 from infermax.state import DONE, RUNNING, WAITING, ServingState
 from infermax.trace import TraceRecorder
-
-from factories import make_workload
 
 
 @pytest.mark.parametrize("ids,tokens,rule,who", [

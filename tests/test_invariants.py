@@ -3,6 +3,7 @@ workloads and limits (tiny M forces evictions), the simulated schedule replays t
 identical trace, respects every limit, and finishes every request with exactly O tokens."""
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS, make_workload, small_instances
 from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Schedule, Workload, replay, simulate
@@ -10,8 +11,6 @@ from infermax.metrics import metrics
 from infermax.schedulers import available, get_scheduler
 from infermax.schedulers.framework import GetNextBatch
 from infermax.state import ServingState
-
-from factories import ALL_SCHEDULERS, make_workload, small_instances
 
 
 @pytest.mark.parametrize("name", ALL_SCHEDULERS)

@@ -1,4 +1,4 @@
-"""Long-context policies (medha.txt, pecsched.txt) reproduce their papers' qualitative results."""
+"""Long-context policies (Medha, PecSched) reproduce their papers' qualitative results."""
 import numpy as np
 import pytest
 
@@ -35,7 +35,7 @@ def test_workload_constructions():
 
 
 def test_medha_cuts_short_ttft_versus_sarathi_fcfs(medha_runs):
-    # medha.txt §5.2: up to 30x lower median TTFT with 5 % long requests; we require >= 5x
+    # Medha §5.2: up to 30x lower median TTFT with 5 % long requests; we require >= 5x
     w, runs = medha_runs
     ttft = {s: metrics_by_tag(r.trace)["short"]["ttft_p50_s"] for s, r in runs.items()}
     assert ttft["sarathi-ef"] >= 5 * ttft["medha"]
@@ -61,7 +61,7 @@ def test_pecsched_preemption_against_fifo_and_priority(pecsched_runs):
     w, runs = pecsched_runs
     by = {s: metrics_by_tag(r.trace) for s, r in runs.items()}
     fifo, pec, prio = by["pecsched-fifo"], by["pecsched"], by["pecsched-priority"]
-    # pecsched.txt §6: p99 short queueing delay cut by 58-87 % (we require >= 50 %) ...
+    # PecSched §6: p99 short queueing delay cut by 58-87 % (we require >= 50 %) ...
     assert pec["short"]["queueing_p99_s"] <= 0.5 * fifo["short"]["queueing_p99_s"]
     # ... while the long requests' mean JCT rises only 4-7 % (we require <= 15 %)
     assert pec["long"]["jct_mean_s"] <= 1.15 * fifo["long"]["jct_mean_s"]
@@ -69,7 +69,7 @@ def test_pecsched_preemption_against_fifo_and_priority(pecsched_runs):
     starved = {s: starvation(r, runs["pecsched-fifo"]) for s, r in runs.items()}
     assert starved["pecsched-priority"]["num_starved"] >= 2 and starved["pecsched"]["num_starved"] == 0
     assert starved["pecsched-fifo"]["num_starved"] == 0               # FIFO never starves against itself
-    old = "num_unserved_by_last_arrival"                              # the old count: first served after the last arrival
+    old = "num_unserved_by_last_arrival"  # the old count: first served after the last arrival
     assert prio["long"][old] >= 2 * max(1, fifo["long"][old], pec["long"][old])
     assert prio["long"]["jct_mean_s"] > 2 * pec["long"]["jct_mean_s"]
 

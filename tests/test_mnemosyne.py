@@ -27,9 +27,9 @@ def test_a_short_prompt_waits_for_the_started_long_prefill(name):
     res = simulate(w, name, LIMITS)
     assert replay(res.schedule, w, get_scheduler(name).limits_for(LIMITS)) == res.trace
     first = res.trace.requests["first_token_s"]
-    assert first[1] >= first[0]                # the started prefill's queue goes first: the short one joins its last chunk at best
+    assert first[1] >= first[0]  # the started prefill's queue goes first: the short one joins its last chunk at best
     ours = simulate(w, "medha", LIMITS.replace(P=2048)).trace.requests["first_token_s"]
-    assert ours[1] < ours[0]                   # medha.txt §4 (one ILRS order over every prefill) lets it pass
+    assert ours[1] < ours[0]                   # Medha §4 (one ILRS order over every prefill) lets it pass
 
 
 def test_every_chunk_keeps_the_batch_near_the_target():

@@ -24,7 +24,7 @@ NEEDS_SOLVER = {"04_optimal_evictions", "11_how_far_long_context", "13_or_peers"
 SLOW = {"01_high_contention", "02_eviction_free", "03_memory_sweep", "05_rmax", "06_ranking", "07_long_context",
         "08_pecsched_cluster", "09_medha", "10_csps", "11_how_far_long_context",
         "13_or_peers"}
-# infermax.txt §4 and App. A (their FULL-run figures and findings are committed under notebooks/figures/)
+# InferMax §4 and App. A (their FULL-run figures and findings are committed under notebooks/figures/)
 REPRODUCTIONS = ("01_high_contention", "02_eviction_free", "03_memory_sweep", "04_optimal_evictions", "05_rmax",
                  "06_ranking")
 

@@ -9,13 +9,13 @@ schedule never beats it, and a plan called optimal has the oracle's value. The d
 from __future__ import annotations
 
 import pytest
+from test_bounds_objectives import _oracle, tagged_instance
 
 from infermax import replay
 from infermax.bounds import parse_objective
 from infermax.bounds.objectives import trace_value
 from infermax.costmodel import get_cost_model
 from infermax.csp import solve_optimal
-from test_bounds_objectives import _oracle, tagged_instance
 
 #: csp's name -> the oracle's name of the same objective
 OBJECTIVES = {"ttft:short": "ttft:short", "completion:short": "e2e:short", "ttft:long": "ttft:long"}

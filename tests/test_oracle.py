@@ -10,7 +10,7 @@ installed backend, policy classes) run on a deterministic subset of small instan
 and on all (or every tenth, for the backends) under ``-m slow``, with a brute-force check of
 the oracle itself. Each test gathers every failing instance, with a reproducer, before it fails.
 
-Comparisons: a bound must hold exactly (DESIGN.md: a bound is valid under floating point); a
+Comparisons: a bound must hold exactly (docs/design.md: a bound is valid under floating point); a
 replayed schedule may beat the oracle's value by at most ``REL_TIE`` (the oracle sums its costs
 in another order than ``infermax.metrics``); a solve called optimal (asked for a gap of
 ``REL_OPT``) must match the optimum to ``REL_OPT``.
@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from oracle import PERCENTILES, Oracle, OracleResult, Progress, _allowed
+from oracle import _value as oracle_value
 
 import infermax
 from infermax import Limits, ScheduleError, SchedulerStuckError, Workload, metrics, replay, simulate
@@ -33,8 +35,6 @@ from infermax.csp import Policy
 from infermax.csp.backends import BackendUnavailable, ModelTooLarge, available_backends
 from infermax.csp.milp.objectives import OBJECTIVES
 from infermax.csp.milp.trajectory import respects_policy
-from oracle import PERCENTILES, Oracle, OracleResult, Progress, _allowed
-from oracle import _value as oracle_value
 
 COST = get_cost_model(None)
 NUM_INSTANCES = 300
@@ -450,7 +450,7 @@ def test_lower_bound_with_milp_does_not_cut_off_the_optimum():
     _report(failures, "lower_bound values (with the MILP) that cut off the optimum")
 
 
-# --- shifted clocks (issue 36 §1; DESIGN.md invariant 7) -------------------------------------------
+# --- shifted clocks (issue 36 §1; docs/design.md invariant 7) -------------------------------------------
 #: the clocks a user's workload may start on: a process clock, a Unix timestamp, a nanosecond-ish counter
 SHIFTS_S = (1e6, 1.7e9, 1e12)
 #: arrivals on this grid stay exact floats under every shift (t + 1e12 has a unit in the last place of 2^-13 s)

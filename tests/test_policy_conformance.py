@@ -12,13 +12,12 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+from factories import make_workload, small_instances
 from hypothesis import given, settings
+from test_policy import LONGEST_REMAINING_EVICT_YOUNGEST
 
 from infermax import Limits, Schedule, Workload, replay, simulate
 from infermax.schedulers import GetNextBatch, Scheduler, available, get_scheduler
-
-from factories import make_workload, small_instances
-from test_policy import LONGEST_REMAINING_EVICT_YOUNGEST
 
 
 class Declared(NamedTuple):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS
 
 from infermax import Workload, simulate
 from infermax.schedulers import Plan, Scheduler
 from infermax.state import ServingState
 from infermax.state_view import StateView
-
-from factories import ALL_SCHEDULERS
 
 WORKLOAD = Workload.from_lengths([5, 9, 3, 12, 7, 4], [6, 3, 8, 2, 5, 9], [0, 0, 0.01, 0.02, 0.02, 0.05])
 

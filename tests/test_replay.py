@@ -1,11 +1,10 @@
 """replay is the judge: valid schedules give exact traces; each broken rule has its own error."""
 import numpy as np
 import pytest
-
-from infermax import Batch, Limits, Schedule, ScheduleError, replay, metrics
-from infermax.costmodel import get_cost_model
-
 from factories import make_workload
+
+from infermax import Batch, Limits, Schedule, ScheduleError, metrics, replay
+from infermax.costmodel import get_cost_model
 
 
 def sched(*batches):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,6 @@ from infermax import Limits, Schedule, Workload, simulate
 from infermax.schedule import ScheduleWriter
 from infermax.schedulers.framework import GetNextBatch
 from infermax.state import DONE, FUTURE, RUNNING, WAITING, ServingState
-
-from factories import ALL_SCHEDULERS
 
 # --- the reference: scan every request by status, every batch -------------------------------
 

@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from factories import ALL_SCHEDULERS, make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -16,8 +17,6 @@ from infermax import Limits, Workload, replay, simulate
 from infermax.costmodel import get_cost_model
 from infermax.schedulers import available, get_scheduler
 from infermax.state import ServingState
-
-from factories import ALL_SCHEDULERS, make_workload
 
 LIMIT_NAMED = re.compile(r"\b(C|P|M|R_max) = \d+")
 

@@ -19,8 +19,8 @@ from scipy.sparse import csr_matrix
 
 from infermax import Limits, Workload, simulate
 from infermax.bounds import lower_bound
-from infermax.bounds.costs import coefficients_of
 from infermax.bounds.certify import certified_dual
+from infermax.bounds.costs import coefficients_of
 from infermax.bounds.sharing import WindowLP, needs, window_lp
 from infermax.costmodel import get_cost_model
 from infermax.types import Request
@@ -29,7 +29,7 @@ COSTS = ("default", "a100/llama2-70b", "h100/llama2-7b")
 
 
 def _parts(co, workload: Workload, schedule, lines) -> list[list[tuple[int, np.ndarray]]]:
-    """Per batch, (request, what its part uses: x, τ, ω, K, √e per line), following DESIGN.md's
+    """Per batch, (request, what its part uses: x, τ, ω, K, √e per line), following docs/design.md's
     request semantics (recompute eviction before the batch; decode phase when m >= inp)."""
     I, O = workload.input_lens.astype(np.int64), workload.output_lens
     m, inp, gen = np.zeros(I.size, np.int64), I.copy(), np.zeros(I.size, np.int64)

@@ -5,14 +5,13 @@ import itertools
 
 import numpy as np
 import pytest
+from factories import make_workload, small_instances
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload, replay, simulate
 from infermax.schedulers import get_scheduler
 from infermax.schedulers.lightllm import future_peak
-
-from factories import make_workload, small_instances
 
 NAMES = ["orca", "fastertransformer", "lightllm"]
 

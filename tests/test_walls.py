@@ -1,4 +1,4 @@
-"""The walls of DESIGN.md ("Boundaries"), read from the import graph of every file of the package.
+"""The walls of docs/design.md ("Boundaries"), read from the import graph of every file of the package.
 
 Every import counts, at module level or inside a function (a lazy import is still a dependency):
 
@@ -112,7 +112,7 @@ def broken_walls(root: Path, dirs: dict[str, str] | None = None) -> list[str]:
 
 def test_the_package_keeps_its_walls():
     broken = broken_walls(ROOT)
-    assert not broken, "broken walls (DESIGN.md, Boundaries):\n" + "\n".join(broken)
+    assert not broken, "broken walls (docs/design.md, Boundaries):\n" + "\n".join(broken)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

@@ -46,6 +46,7 @@ def build_tree() -> Path:
     return TREE
 
 
-def on_config(config, **kwargs):
-    build_tree()
-    return config
+# Built when MkDocs loads this hook, during config validation: mkdocstrings resolves its ``paths`` (a
+# glob: a folder that is not there yet is dropped silently, and griffe then reads the source
+# ``infermax/`` without the mapped subpackages) before any ``on_config`` event runs.
+build_tree()

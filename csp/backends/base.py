@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 
-
 class SolveStatus(str, Enum):
     """How a solve ended. A ``str``, so that ``status == SolveStatus.OPTIMAL``, JSON and printing keep the plain names.
 

@@ -12,8 +12,16 @@ import math
 import time
 
 from ..milp.model import Model
-from .base import (BackendUnavailable, ModelTooLarge, SolveResult, SolveStatus, certified_bound,
-                   original_values, prepare_mip, solver_gaps)
+from .base import (
+    BackendUnavailable,
+    ModelTooLarge,
+    SolveResult,
+    SolveStatus,
+    certified_bound,
+    original_values,
+    prepare_mip,
+    solver_gaps,
+)
 
 NAME = "gurobi"
 PIP = "pip install gurobipy"

@@ -17,8 +17,16 @@ import time
 import numpy as np
 
 from ..milp.model import Model
-from .base import (BackendUnavailable, SolveResult, SolveStatus, certified_bound, original_values,
-                   prepare_mip, run_isolated, solver_gaps)
+from .base import (
+    BackendUnavailable,
+    SolveResult,
+    SolveStatus,
+    certified_bound,
+    original_values,
+    prepare_mip,
+    run_isolated,
+    solver_gaps,
+)
 
 NAME = "highs"
 PIP = "pip install highspy"

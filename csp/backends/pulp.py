@@ -11,8 +11,15 @@ import math
 import time
 
 from ..milp.model import Model
-from .base import (BackendUnavailable, SolveResult, SolveStatus, certified_bound, original_values, prepare_mip,
-                   solver_gaps)
+from .base import (
+    BackendUnavailable,
+    SolveResult,
+    SolveStatus,
+    certified_bound,
+    original_values,
+    prepare_mip,
+    solver_gaps,
+)
 
 NAME = "cbc"
 PIP = "pip install pulp"

@@ -1,4 +1,4 @@
-"""infermax.csp.milp — the §3.3 model of infermax.txt as a solver-neutral MILP, and its aggregated twin.
+"""infermax.csp.milp — the §3.3 model of InferMax as a solver-neutral MILP, and its aggregated twin.
 
 The map, in the order data flows through it:
 

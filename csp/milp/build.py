@@ -14,13 +14,12 @@ from typing import Any
 from infermax.costmodel import CostModel
 from infermax.types import Limits, Workload
 
+from ..budget import ModelTooLarge
 from .flows import add_class_flows
 from .formulation import Formulation, build_core, empty_formulation, num_identical_classes
 from .objectives import add_objective, is_monotone, max_batch_time_s
 from .policy import Policy
-from ..budget import ModelTooLarge
-from .strengthening import (SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking,
-                            add_valid_inequalities)
+from .strengthening import SYMMETRY_MODES, add_dff_cuts, add_dominance, add_symmetry_breaking, add_valid_inequalities
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

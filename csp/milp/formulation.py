@@ -1,4 +1,4 @@
-"""The CSP of infermax.txt §3.3 as a solver-neutral model: variables and constraints (1)–(5).
+"""The CSP of InferMax §3.3 as a solver-neutral model: variables and constraints (1)–(5).
 
 Indices: request i (position in the workload), batch j = 0..J-1 (the paper's
 j + 1), state s = 0..J (state *after* batch s - 1; s = 0 is the paper's virtual
@@ -27,7 +27,6 @@ from infermax.types import Limits, Workload
 
 from .model import Model, Var
 from .policy import Policy
-
 
 Grid = list[list[Var]]          # [request][state s] or [request][batch j]
 

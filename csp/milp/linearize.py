@@ -1,6 +1,6 @@
 """Turn indicators and products into plain MILP rows, for backends that lack them.
 
-Indicators become the big-M rows of infermax.txt eq. (6). With ``big_m="tight"``
+Indicators become the big-M rows of InferMax eq. (6). With ``big_m="tight"``
 each M is the row's largest possible violation, computed from the variable
 bounds (which the formulation keeps tight per request); ``"loose"`` uses one
 model-wide M — the paper's "sufficiently large constant" — for the benchmark.
@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-
-import numpy as np
 
 from .model import LinExpr, Model, Row, Var
 

@@ -11,7 +11,7 @@ Three kinds of constraint:
 - a linear row ``lb <= Σ a_k x_k <= ub``;
 - the same row guarded by an enforcement conjunction ``(x_1 = v_1) ∧ …`` (an
   *indicator*): CP-SAT and Gurobi take it natively, the others get the big-M row
-  of infermax.txt eq. (6) with M computed from the variable bounds
+  of InferMax eq. (6) with M computed from the variable bounds
   (:mod:`.linearize`);
 - a product ``z = x·y`` (``sense="eq"``) or ``z >= x·y`` (``sense="ge"``, enough
   when z only appears with a non-negative objective weight): CP-SAT multiplies

@@ -1,4 +1,4 @@
-"""Policy classes for the MILP (infermax.txt §3.3, last paragraph; Table 1).
+"""Policy classes for the MILP (InferMax §3.3, last paragraph; Table 1).
 
 The unconstrained model allows evictions, hybrid batches and chunked prefill.
 A policy class removes some of that freedom so that the optimum *within a class

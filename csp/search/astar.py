@@ -21,9 +21,9 @@ from infermax.costmodel import CostModel, linear_coefficients
 from infermax.types import Limits, Schedule, Workload
 
 from ..milp.aggregate import chunking_bound_holds
+from ..milp.policy import Policy
 from .batchtable import RemainingBatches
 from .classstate import ClassStateSpace, to_schedule
-from ..milp.policy import Policy
 from .trajectorybound import TrajectoryBound
 
 

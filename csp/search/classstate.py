@@ -47,9 +47,9 @@ import numpy as np
 from infermax.costmodel import CostModel, linear_coefficients
 from infermax.types import Batch, Limits, Schedule, Workload
 
-from .batchtable import RemainingBatches
 from ..milp.formulation import num_identical_classes
 from ..milp.policy import Policy
+from .batchtable import RemainingBatches
 
 
 class Slot(NamedTuple):

@@ -51,11 +51,10 @@ def _inputs(args: argparse.Namespace):
 
 def cmd_bound(args: argparse.Namespace) -> int:
     from infermax.cli import dumps_json
-    from infermax.rundir import judged_line
     from infermax.engine import resolve_inputs
-    from infermax.schedulers import get_scheduler, split_specs
-
     from infermax.multirun import left_out
+    from infermax.rundir import judged_line
+    from infermax.schedulers import get_scheduler, split_specs
 
     from . import ALL, METHODS, parse_objective
     from .check import INVALID, REFUSED, check_schedulers

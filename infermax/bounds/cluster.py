@@ -66,7 +66,7 @@ _METRICS = ("latency", "throughput", "ttft", "e2e", "completion")
 
 def attention_kept(policies: Any) -> float:
     """The least share of the causal attention pairs any of ``policies`` (names) computes in a prefill:
-    1 for exact attention; CSA's token dropping (CSPS, csps.txt §3.2.4) keeps at least the least kept
+    1 for exact attention; CSA's token dropping (CSPS, CSPS §3.2.4) keeps at least the least kept
     share of any of its rings (:func:`~infermax.costmodel.communication.csa_num_kept`, halves up, so a
     ring of 3 keys at a keep ratio of 0.75 keeps 2: the least share is taken over every ring size)."""
     from infermax.cluster.policies import get_policy

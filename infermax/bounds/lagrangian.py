@@ -27,7 +27,6 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-
 _FEATURES = 4  # per-path totals: KV footprint, tokens, prefill tokens, batches held
 
 

@@ -108,7 +108,7 @@ def needs(co: LinearCoefficients, workload: Workload, limits: Limits,
     L = ell.astype(np.float64)
     fill_rest = cheapest_fill(If, co.prefill_token_s, co.prefill_attn_s, co.request_s * k)
     refill_rest = cheapest_fill(L, co.prefill_token_s, co.prefill_attn_s, co.request_s)
-    per = lambda v: np.bincount(owner, weights=v, minlength=n)          # noqa: E731  (sum per request)
+    per = lambda v: np.bincount(owner, weights=v, minlength=n)
     x = k + (O - 1)
     tau = If + (O - 1)
     omega = fill_rest + per(np.minimum(co.request_s + co.decode_kv_s * L, refill_rest))
@@ -189,7 +189,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     V = 3 + 2 * R
     H, RES, DD, Z, CUM = 0, 1, 1 + R, 2 + R, 3 + R
     nv = V * num_windows
-    col = lambda w, j: w * V + j                          # noqa: E731
+    col = lambda w, j: w * V + j
     rows, cols_, vals, rhs = [], [], [], []
 
     def le(terms, bound: float) -> None:

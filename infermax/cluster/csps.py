@@ -1,4 +1,4 @@
-"""CSPS on the cluster engine (csps.txt): its variants, how big a request's SP group is, its prices, its workloads.
+"""CSPS on the cluster engine (CSPS): its variants, how big a request's SP group is, its prices, its workloads.
 
 A request whose prompt exceeds one SPT (``spt_tokens``, 64K: §3.2.3's SP-NTP
 partition) is served by a gang of N = ⌈I / SPT⌉ single-GPU replicas (at least what
@@ -40,8 +40,15 @@ import numpy as np
 
 from infermax.types import Request, Workload
 
-from .sp_plans import (KINDS, NetworkModel, PrefillPlan, choose_sp_kind, decode_comm_phases, decode_layer_bytes,
-                       prefill_plan)
+from .sp_plans import (
+    KINDS,
+    NetworkModel,
+    PrefillPlan,
+    choose_sp_kind,
+    decode_comm_phases,
+    decode_layer_bytes,
+    prefill_plan,
+)
 from .spec import Cluster
 
 SPT_TOKENS = 65_536
@@ -139,7 +146,7 @@ def network(cluster: Cluster) -> NetworkModel:
 
 
 # --- workloads (Table 2) ----------------------------------------------------------------------------------
-DATASETS = {  # (input median, input p99, output median, output p99), csps.txt Table 2
+DATASETS = {  # (input median, input p99, output median, output p99), CSPS Table 2
     "needlebench": (113_000, 995_000, 348, 572),
     "bookcorpus": (97_000, 406_000, 375, 631),
 }

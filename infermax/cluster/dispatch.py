@@ -1,6 +1,6 @@
 """The global queue and the dispatcher: which waiting request goes to which replica or gang, and when.
 
-pecsched.txt §6.2 "Scheduling": local queues are FIFO; a request one replica serves
+PecSched §6.2 "Scheduling": local queues are FIFO; a request one replica serves
 goes to the eligible replica with the shortest local queue in tokens; a long request
 takes an elastic gang of one node's replicas where it can. The policies
 (:mod:`~infermax.cluster.policies`) differ in the order of the global queue and in

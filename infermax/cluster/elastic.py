@@ -1,6 +1,6 @@
 """LoongServe: elastic sequence parallelism over instances, with a disaggregated decode pool.
 
-medha.txt §2.2–2.3 (after Wu et al., SOSP 2024): each instance is one replica (the
+Medha §2.2–2.3 (after Wu et al., SOSP 2024): each instance is one replica (the
 paper's LoongServe runs TP 2 instances, 8 of them on 16 A100s); a request's prefill
 runs with ring attention (context parallelism) over an *elastic* group of
 instances sized to its prompt, and its decode runs elsewhere, after its KV moved.
@@ -8,14 +8,14 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
 - **Scale-up (prefill).** A request of I prompt tokens wants
   ``k_target = ceil(I / min_shard_tokens)`` instances (ring attention only pays
   when each instance holds enough tokens to hide the KV rotation behind its
-  attention: medha.txt §2.2 quotes 24.5K tokens on A100 with InfiniBand), capped
+  attention: Medha §2.2 quotes 24.5K tokens on A100 with InfiniBand), capped
   by the prefill pool (or ``sp_replicas``). It starts on at least
   ``ceil(k_target / 2)`` free instances and takes up to ``k_target`` of them, filling the nodes with the most
   free instances first (:func:`choose_elastic`). A request with ``k_target = 1`` (every short
   request) is prefilled whole (no chunking) by one instance's local scheduler,
   batched with the other prompts there. The global queue is first come, first
   served and a prefill is never preempted: a long request waiting for instances
-  blocks the queue (the head-of-line blocking of medha.txt §2.3, Fig. 1).
+  blocks the queue (the head-of-line blocking of Medha §2.3, Fig. 1).
   A gang's prefill is priced by ring attention over its instances, striped as
   LoongServe's kernels stripe it so every instance does the same causal work
   (:func:`~infermax.cluster.fastsp.fast_sp_prefill` with ``ring_only`` and
@@ -35,7 +35,7 @@ instances sized to its prompt, and its decode runs elsewhere, after its KV moved
   last layer is exposed. When no decode instance has room the gang keeps the KV
   and asks again every ``retry_s`` (its instances stay busy meanwhile).
 
-``loongserve-reserve`` (medha.txt §5.4, Fig. 23: "reserving two of eight CP
+``loongserve-reserve`` (Medha §5.4, Fig. 23: "reserving two of eight CP
 instances for short requests"): the first prefill instance of each node in turn,
 ``SHORT_RESERVE`` of them, serve only requests that need no gang, the rest only
 gangs; each pool queues first come, first served, without blocking the other.
@@ -47,7 +47,6 @@ request here must fit one instance (its peak KV within M).
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np

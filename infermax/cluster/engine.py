@@ -2,13 +2,13 @@
 
 Every replica is the single-replica simulator's state and runner
 (:mod:`~infermax.cluster.replicas`), so a one-replica cluster with FIFO dispatch gives
-the simulator's schedule, trace and metrics bit for bit (DESIGN.md invariant 5;
+the simulator's schedule, trace and metrics bit for bit (docs/design.md invariant 5;
 ``tests/cluster/test_engine.py``).
 
 Events, in time order (one heap; arrivals from the sorted trace):
 
 - an **arrival** joins the global queue, and the policy dispatches from it
-  (:mod:`~infermax.cluster.dispatch`; pecsched.txt §6.2 "Scheduling");
+  (:mod:`~infermax.cluster.dispatch`; PecSched §6.2 "Scheduling");
 - a **replica** whose clock is earliest runs its next batch; before it does, its
   fast-forward of identical decode batches is bounded by the next event anywhere
   (``horizon_s``), so nothing dispatched or migrated to it is admitted late;

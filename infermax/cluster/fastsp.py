@@ -1,4 +1,4 @@
-"""PecSched's fast sequence parallelism for a long prefill on a gang of replicas (pecsched.txt §5.3).
+"""PecSched's fast sequence parallelism for a long prefill on a gang of replicas (PecSched §5.3).
 
 Across nodes the sequence is split ring-attention style (each node's KV shard
 visits the other nodes, overlapped with attention); inside a node the attention
@@ -32,9 +32,13 @@ from typing import Sequence
 
 import numpy as np
 
-from infermax.costmodel.communication import (DEFAULT_LATENCY_S, megatron_sp_attention_volume,
-                                              megatron_sp_mlp_volume, ulysses_sp_attention_volume,
-                                              ulysses_sp_mlp_volume)
+from infermax.costmodel.communication import (
+    DEFAULT_LATENCY_S,
+    megatron_sp_attention_volume,
+    megatron_sp_mlp_volume,
+    ulysses_sp_attention_volume,
+    ulysses_sp_mlp_volume,
+)
 
 from .spec import Cluster
 

@@ -5,7 +5,7 @@ parallelism), so its progress is a count of kernel boundaries passed: each of th
 model's L layers has ``KERNELS_PER_LAYER`` of them (QKV projection, attention,
 output projection, MLP), and the prefill's time (fast SP or plain ring attention,
 :mod:`infermax.cluster.fastsp`) is spread evenly over the ``L · KERNELS_PER_LAYER``
-units. A suspension (pecsched.txt §5.1) stops at the next kernel boundary and
+units. A suspension (PecSched §5.1) stops at the next kernel boundary and
 keeps one layer's intermediate activations (the token embeddings of the gang's
 shard, ``saved_bytes``); resuming reads them back (``switch_s``) and continues
 from the unit where it stopped.
@@ -61,7 +61,7 @@ class Gang:
     switch_applied: float = 0.0   # the current step began by restoring a suspension's saved state
     suspended: bool = False       # a started prefill (or decode) is paused
     num_suspensions: int = 0
-    num_overtaken: int = 0        # short requests its members served ahead of it (pecsched.txt Table 6)
+    num_overtaken: int = 0        # short requests its members served ahead of it (PecSched Table 6)
     first_scheduled_s: float = math.nan
     first_token_s: float = math.nan
     completion_s: float = math.nan

@@ -5,7 +5,7 @@ sequence-parallel prefill, then decode steps over its sharded KV. The gang start
 when its members have no short work left; it holds its KV share on every member
 from then to its completion (``external_kv``, which the members' schedulers admit
 around). Under PecSched a short request dispatched to a member *suspends* the
-gang's prefill at the next kernel boundary (pecsched.txt §5.1) — the members keep
+gang's prefill at the next kernel boundary (PecSched §5.1) — the members keep
 one layer's activations meanwhile — and the gang resumes where it stopped once its
 members have no short work left. Its decode is *colocated* with short prefills of
 at most ``colocate_tokens`` tokens per member and step (§5.2, Fig. 7); without

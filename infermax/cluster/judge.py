@@ -1,7 +1,7 @@
 """The cluster judge: replays a :class:`~infermax.cluster.schedule.ClusterSchedule` on its own.
 
 It shares no decision with the cluster engine. Every replica is rebuilt as a
-:class:`~infermax.state.ServingState` (the single-replica judge's state, DESIGN.md)
+:class:`~infermax.state.ServingState` (the single-replica judge's state, docs/design.md)
 from its batches and its logged events — dispatches, hand-offs, received decodes,
 held KV — so every replica rule (C, P, M with the KV it holds for gangs, R_max,
 arrival, ...) is checked and every batch time recomputed; a batch that carries a
@@ -59,8 +59,17 @@ from infermax.state import DONE, ScheduleError, ServingState
 from infermax.trace import Trace, TraceRecorder
 from infermax.types import Limits, Workload
 
-from .judge_gangs import (REL_TOL, ClusterScheduleError, JudgedGang, at_least, attended_tokens,
-                          check_gang_on_replicas, check_one_gang_at_a_time, colocated_batches, read_gang)
+from .judge_gangs import (
+    REL_TOL,
+    ClusterScheduleError,
+    JudgedGang,
+    at_least,
+    attended_tokens,
+    check_gang_on_replicas,
+    check_one_gang_at_a_time,
+    colocated_batches,
+    read_gang,
+)
 from .schedule import ClusterSchedule
 from .spec import Cluster
 

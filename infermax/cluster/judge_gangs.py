@@ -298,7 +298,7 @@ def attended_tokens(step: dict, member: int, gather: bool) -> int:
 
 
 def _q_arrival(step: dict, here: str, start: float, q_ship: float, key: str = "q_ship") -> float:
-    """Rule ``q-ship`` (CSPS decode, csps.txt §4.2): the step ships the token's Q (``csps-kvdecode``: gathers
+    """Rule ``q-ship`` (CSPS decode, CSPS §4.2): the step ships the token's Q (``csps-kvdecode``: gathers
     the KV) from its start for at least the priced first-layer transfer; the members attend only after it
     arrives. The arrival time."""
     try:

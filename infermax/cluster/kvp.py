@@ -1,4 +1,4 @@
-"""Where a replica's KV lives under KV-cache parallelism: shards of each request on KVP groups (medha.txt §3.4).
+"""Where a replica's KV lives under KV-cache parallelism: shards of each request on KVP groups (Medha §3.4).
 
 A replica with ``kvp = k`` is k groups of tp·stages GPUs. Each request's KV is a list of
 *shards*, each a run of consecutive token positions on one group. Two ways to place them:

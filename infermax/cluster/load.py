@@ -1,4 +1,4 @@
-"""Offered load relative to a cluster's capacity (pecsched.txt §6.6).
+"""Offered load relative to a cluster's capacity (PecSched §6.6).
 
 ``load = 1.0`` means the FIFO baseline's measured maximum throughput: every request
 of the workload arrives at once, FIFO serves them on the cluster, and the capacity

@@ -1,6 +1,6 @@
 """Local queue lengths, kept per replica as replicas change, and the index that finds the shortest one.
 
-pecsched.txt §6.2 ("Scheduling") sends a request to the eligible replica with the
+PecSched §6.2 ("Scheduling") sends a request to the eligible replica with the
 shortest local queue, measured in tokens (Splitwise's measure): for the requests
 dispatched to the replica, the prefill tokens left plus — unless the replica hands
 its requests off after their first token — their decode tokens left; plus the
@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-# a replica's tier for short requests (pecsched.txt Fig. 6): in no gang, or in a gang in this phase
+# a replica's tier for short requests (PecSched Fig. 6): in no gang, or in a gang in this phase
 FREE, GANG_WAIT, GANG_PREFILL, GANG_DECODE = 0, 1, 2, 3
 NUM_TIERS = 4
 

@@ -1,6 +1,6 @@
 """Disaggregation: short requests leave their prefill replica after the first token; their KV migrates.
 
-With disaggregation (pecsched.txt §5.2) a short request is *handed off*: its prefill
+With disaggregation (PecSched §5.2) a short request is *handed off*: its prefill
 replica serves it to its first token, and its KV — sent layer by layer while the
 prefill runs, so only the last layer's transfer is exposed — reaches the dedicated
 decode replica with the shortest local queue, where it continues decoding

@@ -1,6 +1,6 @@
 """The operating point of a cluster run: its load against FIFO's capacity and against each class's own.
 
-:func:`~infermax.cluster.load.capacity_rps` (pecsched.txt §6.6) measures what FIFO serves of the whole
+:func:`~infermax.cluster.load.capacity_rps` (PecSched §6.6) measures what FIFO serves of the whole
 mix. With PecSched's mix — 5 % long requests of 100K–500K tokens — the long requests are almost all of
 that work, so a load of 1.0 there leaves the short requests a small share of what the cluster could
 serve them, and a policy's treatment of short requests is hardly tested. The paper's §3.2 and §6.3

@@ -1,4 +1,4 @@
-"""Where a request goes: pecsched.txt §6.2's "Scheduling" rules, as plain functions.
+"""Where a request goes: PecSched §6.2's "Scheduling" rules, as plain functions.
 
 - A replica's local queue length is the number of tokens queued on it (Splitwise's
   measure); a request that one replica can serve goes to the eligible replica with
@@ -107,7 +107,7 @@ def reservation_split(cluster: Cluster, longest_peak_kv: int, gang: int = 1,
                       reserved: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(long-only, short-only) replica masks: the last ``k`` replicas serve long requests only.
 
-    ``k`` = ``reserved`` if given, else as pecsched.txt §6.3 describes its Reservation baseline ("fewer
+    ``k`` = ``reserved`` if given, else as PecSched §6.3 describes its Reservation baseline ("fewer
     GPUs are reserved for short requests than for long ones"; §3.2: "substantial resources must be
     reserved for rare long requests"): the fewest whole gangs of ``gang`` replicas that leave short
     requests fewer replicas than long ones — the fewest replicas that do when whole gangs would leave

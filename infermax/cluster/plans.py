@@ -1,4 +1,4 @@
-"""Executed parallel plans on a replica: TP × SPP × KVP (Medha 3D, medha.txt §3.3–3.5, Figs. 7, 8, 12).
+"""Executed parallel plans on a replica: TP × SPP × KVP (Medha 3D, Medha §3.3–3.5, Figs. 7, 8, 12).
 
 A replica whose plan has ``spp > 1`` or ``kvp > 1`` keeps its
 :class:`~infermax.state.ServingState` for every serving rule (admission, M, C, P,

@@ -1,4 +1,4 @@
-"""The cluster policies by name, as flags the engine reads (pecsched.txt §3.2, §5, §6.2, §6.4).
+"""The cluster policies by name, as flags the engine reads (PecSched §3.2, §5, §6.2, §6.4).
 
 Every policy serves long requests (tag ``long``) on a gang of replicas running
 sequence parallelism, as §6.2 does for every method; they differ in what may
@@ -23,7 +23,7 @@ pecsched-fsp       yes         yes            yes          **ring** (ablation /F
 ``pecsched-fifo``, ``pecsched-reservation`` and ``pecsched-priority`` name the
 three baselines as the PecSched paper does.
 
-Medha (medha.txt §3.3–3.5, §5.3) dispatches first come, first served, runs the
+Medha (Medha §3.3–3.5, §5.3) dispatches first come, first served, runs the
 ``medha`` replica scheduler unless ``--local`` says otherwise, and executes the
 cluster's plan (``spp``, ``kvp``) stage by stage and group by group
 (:mod:`~infermax.cluster.plans`, ``plan`` = its preset there):
@@ -36,7 +36,7 @@ medha-3d-pp        ablation: plain PP instead of SPP (a chunk waits for its pred
                    leave the last stage, Fig. 7a)
 =================  ====================================================================
 
-The CSPS policies (csps.txt; :mod:`~infermax.cluster.csps`) carry a
+The CSPS policies (CSPS; :mod:`~infermax.cluster.csps`) carry a
 :class:`~infermax.cluster.csps.CspsVariant`: ``csps`` (SP-NTP or SP-TP per
 request, CSA, three-phase pipelining, Q-shipping decode colocated with shorter
 requests' work) and its ablations ``csps-nocsa``, ``csps-nopipe``, ``csps-ntp``
@@ -49,10 +49,10 @@ arrives, to a replica chosen at once — ``round-robin``, ``random`` or ``lor`` 
 outstanding requests) — instead of holding it until a replica accepts work; first come,
 first served, no preemption.
 
-``loongserve`` (medha.txt §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
+``loongserve`` (Medha §2.2–2.3; :mod:`~infermax.cluster.elastic`): first come,
 first served; every request prefills on an *elastic* gang sized by its prompt
 (striped ring attention, no preemption), then *scales down*: its KV moves to the decode
-pool (disaggregated), where it decodes. ``loongserve-reserve`` (medha.txt §5.4,
+pool (disaggregated), where it decodes. ``loongserve-reserve`` (Medha §5.4,
 Fig. 23) sets two prefill instances apart for requests that need no gang; the two
 pools queue separately.
 """
@@ -114,7 +114,7 @@ RING_ATTENTION = ("striped", "contiguous")   # how a plain ring shards the seque
 _ALIASES = {"pecsched-fifo": "fifo", "pecsched-reservation": "reservation", "pecsched-priority": "priority"}
 POLICIES = tuple(_POLICIES) + tuple(_ALIASES)
 
-# pecsched.txt §6.2: replicas dedicated to short-request decode, per model
+# PecSched §6.2: replicas dedicated to short-request decode, per model
 DECODE_REPLICAS = {"mistral-7b-v0.3": 4, "phi3-14b": 4, "yi-34b": 1, "llama3.1-70b": 1}
 
 

@@ -4,9 +4,9 @@ The merged trace has every replica's batches and every gang step (one batch row 
 member) in start order, and one row per request: its times from the replica that
 served it (a migrated decode's completion from its decode replica; a long request's
 from its gang), its evictions and suspensions summed over replicas. A one-replica
-run without gangs is the simulator's own trace, unchanged (DESIGN.md invariant 5).
+run without gangs is the simulator's own trace, unchanged (docs/design.md invariant 5).
 Metrics add the p99 dispatch decision time and, per class, the p99 of decision time
-over JCT (pecsched.txt §6.6).
+over JCT (PecSched §6.6).
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ class ClusterResult:
 
     @property
     def num_overtakes(self) -> int:
-        """Preemptions the long requests experienced, counted per preempting request (pecsched.txt Table 6):
+        """Preemptions the long requests experienced, counted per preempting request (PecSched Table 6):
         short requests sent to a gang's member while its prefill was unfinished (running, suspended or not
         yet started) or, without colocation (/CoL), during its decode. An episode holds one or more."""
         return int(sum(g.num_overtaken for g in self.gangs))

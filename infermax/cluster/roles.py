@@ -4,7 +4,7 @@
   replicas (sequence parallelism) unless one replica is all it may have; every other
   request must fit one replica (its KV within M, its prompt within C).
 - Replicas: with disaggregation the last ``decode_replicas`` replicas only decode
-  short requests migrated to them (pecsched.txt §6.2: 4/4/1/1 for its four models,
+  short requests migrated to them (PecSched §6.2: 4/4/1/1 for its four models,
   else one per node); under the reservation policy the last replicas — the majority,
   in whole gangs, unless ``reserved_replicas`` says how many — serve long requests
   only (Llumnix-style, §6.2–6.3; :func:`~.placement.reservation_split`).

@@ -136,7 +136,7 @@ _FIELDS = ("format", "meta", "replicas", "events", "gangs", "migrations", "plans
 
 
 def _plan_of(gang: Any) -> dict:
-    """A CSPS gang's SP plan (csps.txt): kind, GPUs, micro-partitions, its transfers per GPU and their times."""
+    """A CSPS gang's SP plan (CSPS): kind, GPUs, micro-partitions, its transfers per GPU and their times."""
     p = gang.plan
     if p is None:
         return {}

@@ -1,4 +1,4 @@
-"""CSPS's sequence-parallel plans for one request (csps.txt §3.2, §4, App. A): what they move and how long.
+"""CSPS's sequence-parallel plans for one request (CSPS §3.2, §4, App. A): what they move and how long.
 
 A long prompt of L tokens runs on an SP group of N GPUs (g per node, n nodes), each
 holding one sequence partition (SPT) of s = L/N tokens. Per layer and GPU (elements;

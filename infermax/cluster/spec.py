@@ -1,14 +1,14 @@
 """A cluster: nodes of GPUs, the links between them, and the model replicas placed on them.
 
 ``Cluster.from_spec("a100:nodes=4,gpus_per_node=8,model=mistral-7b-v0.3,tp=1")`` is
-pecsched.txt §6.2's testbed for Mistral 7B: 32 A100-80GB, one replica per GPU.
+PecSched §6.2's testbed for Mistral 7B: 32 A100-80GB, one replica per GPU.
 Keys (all optional but the GPU name in front):
 
 - ``nodes`` (1), ``gpus_per_node`` (the GPU's default, 8), ``model`` (``llama2-7b``);
 - the replica's parallel plan: ``tp``, ``pp``, ``spp``, ``sp``, ``kvp`` (1) and ``sp_kind``
   (:class:`~infermax.costmodel.parallel.ParallelConfig`). ``pp`` is plain pipeline
   parallelism, priced as one batch passing every stage in turn (the cost model's
-  latency); ``spp`` (medha.txt §3.3) is the same number of stages *executed*: a
+  latency); ``spp`` (Medha §3.3) is the same number of stages *executed*: a
   request's next prefill chunk enters stage 1 as soon as its previous chunk left
   stage 1 (:mod:`~infermax.cluster.plans`). At most one of them is above 1. ``kvp``
   shards a request's KV over KVP groups (§3.4); with ``spp`` or ``kvp`` above 1 the

@@ -1,4 +1,4 @@
-"""A cluster run measured over a fixed window, as a capacity experiment measures it (medha.txt §5.2).
+"""A cluster run measured over a fixed window, as a capacity experiment measures it (Medha §5.2).
 
 Medha profiles each load for 60 minutes; a system that falls behind leaves requests
 without a first token by the end ("truncated CDFs", Fig. 15). ``ClusterEngine.run(

@@ -23,7 +23,8 @@ class Case(NamedTuple):
     exercises: str
 
     def build(self) -> tuple[Workload, Limits]:
-        w = lengths_workload(self.workload) if self.workload.startswith("lengths:") else Workload.from_spec(self.workload)
+        spec = self.workload
+        w = lengths_workload(spec) if spec.startswith("lengths:") else Workload.from_spec(spec)
         return Workload(requests=w.requests, name=self.name), Limits.from_spec(self.limits)
 
 

@@ -86,8 +86,8 @@ def cmd_vllm_execute(args: argparse.Namespace) -> int:
     else:
         for note in notes:
             print(f"note: {note}")
-        print(f"vLLM {m.engine.get('vllm_version')} executed {args.schedule} on {args.model}: {len(workload)} requests, "
-              f"limits {json.dumps(limits.to_dict())}")
+        print(f"vLLM {m.engine.get('vllm_version')} executed {args.schedule} on {args.model}: "
+              f"{len(workload)} requests, limits {json.dumps(limits.to_dict())}")
         print_table([row], list(row))
         print("every batch ran as planned" if run.as_planned else f"NOT as planned: {c.divergence_text()}")
     return 0 if run.as_planned else 1

@@ -9,7 +9,8 @@ in the batch's order, and the evictions).
 
 :func:`check_plan` refuses, before any engine starts, a plan the engine could not run as written,
 naming the limit: the judge (``replay``, on the workload with its arrivals at 0: see below) under
-the engine's limits (``C``, ``M`` in blocks of ``block_size``, ``R_max``, every request served exactly), the limits vLLM can express
+the engine's limits (``C``, ``M`` in blocks of ``block_size``, ``R_max``, every request served exactly), the limits
+vLLM can express
 (:func:`.vllm_config.engine_limits`: ``P = C``, blocks > 1, every request fits), and no batch
 without tokens. A plan valid under the judge keeps vLLM's own accounting: a request holding ``m``
 tokens holds ``⌈m / block_size⌉`` blocks (vLLM allocates the blocks of ``m + c`` before a step),

@@ -7,7 +7,7 @@ engine's clock (seconds from the run's first arrival). :func:`schedule_from_reco
 records into a :class:`~infermax.Schedule`: one Batch per step that processed tokens, its
 ``evict`` the preemptions of that step (and of any token-less step before it). A preempted request
 loses its KV and is later refilled with its prompt plus the tokens it generated, which is
-infermax's recompute eviction (DESIGN.md), so the recorded schedule is judged by ``replay`` as any
+infermax's recompute eviction (docs/design.md), so the recorded schedule is judged by ``replay`` as any
 other.
 
 :func:`lockstep_workload` gives each request the index of the first step that could see it as its

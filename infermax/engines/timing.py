@@ -56,7 +56,7 @@ def fit_step_model(features: np.ndarray, durations_s: np.ndarray, name: str = "f
     ``loss="relative"``, the cost model's own regression (relative residuals, soft-L1: each step counts
     alike, outliers do not bend it); ``"absolute"``, least squares in seconds (its sum over the steps
     matches the measured sum: what a mean TTFT or e2e, a sum of step times, needs)."""
-    from scipy.optimize import lsq_linear      # (as costmodel.lsq: scipy.optimize costs ~0.4 s to import)
+    from scipy.optimize import lsq_linear  # (as costmodel.lsq: scipy.optimize costs ~0.4 s to import)
     ok = np.isfinite(durations_s) & (durations_s > 0)
     if ok.sum() < len(FEATURES):
         raise ValueError(f"fit_step_model needs at least {len(FEATURES)} measured steps, got {int(ok.sum())}")
@@ -93,7 +93,8 @@ def measured_means(workload: Workload, m: Measurements) -> tuple[float, float]:
 
 def predicted_vs_measured(schedule: Schedule, workload: Workload, limits: Any, m: Measurements,
                           model: LinearCostModel) -> dict[str, float]:
-    """Mean TTFT and e2e of ``schedule`` replayed under ``model`` (the workload's arrivals), beside the measured ones, and the relative errors."""
+    """Mean TTFT and e2e of ``schedule`` replayed under ``model`` (the workload's arrivals), beside the measured
+    ones, and the relative errors."""
     trace = replay(schedule, workload, limits, model)
     req = trace.requests
     pred_ttft = float(np.mean(req["first_token_s"] - req["arrival_s"]))

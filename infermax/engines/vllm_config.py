@@ -56,7 +56,8 @@ def parse_shape(spec: str) -> dict[str, int]:
         if value < 1:
             raise ValueError(f"model shape {spec!r}: {key} must be a positive integer, got {raw!r}")
         shape[_SHAPE_KEYS[key]] = value
-    if shape["hidden_size"] % shape["num_attention_heads"] or shape["num_attention_heads"] % shape["num_key_value_heads"]:
+    heads, kv_heads = shape["num_attention_heads"], shape["num_key_value_heads"]
+    if shape["hidden_size"] % heads or heads % kv_heads:
         raise ValueError(f"model shape {spec!r}: hidden must be a multiple of heads, heads a multiple of kv_heads")
     return shape
 

@@ -27,16 +27,16 @@ from typing import Any, Mapping
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")   # before vllm is imported
 
-import transformers  # noqa: E402
-import vllm  # noqa: E402
-from vllm import EngineArgs, SamplingParams  # noqa: E402
-from vllm.inputs import TokensPrompt  # noqa: E402
-from vllm.v1.engine.llm_engine import LLMEngine  # noqa: E402
+import transformers
+import vllm
+from vllm import EngineArgs, SamplingParams
+from vllm.inputs import TokensPrompt
+from vllm.v1.engine.llm_engine import LLMEngine
 
-from ..schedule import Schedule  # noqa: E402
-from ..types import Limits, Workload  # noqa: E402
-from .records import Measurements, RequestTiming, StepRecord, schedule_from_records  # noqa: E402
-from .vllm_config import MODEL_SHAPES, engine_limits, kv_cache_bytes, parse_shape  # noqa: E402
+from ..schedule import Schedule
+from ..types import Limits, Workload
+from .records import Measurements, RequestTiming, StepRecord, schedule_from_records
+from .vllm_config import MODEL_SHAPES, engine_limits, kv_cache_bytes, parse_shape
 
 log = logging.getLogger(__name__)
 

@@ -38,11 +38,11 @@ from vllm.v1.request import RequestStatus
 
 from ..schedule import Schedule
 from ..types import Limits, Workload
+from . import vllm_engine
 from .fidelity import Comparison
 from .plans import PlanStep, check_plan, executed_as_planned, missing, ready
 from .records import Measurements, schedule_from_records
 from .vllm_config import MODEL_SHAPES, engine_limits
-from . import vllm_engine
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +142,8 @@ class PlanScheduler(Scheduler):
                 raise PlanError(f"plan batch {j}: request {i} cannot be scheduled ({request.status.name})")
             if got is None:
                 raise PlanError(f"plan batch {j}: vLLM cannot allocate the KV blocks of request {i} ({c} tokens "
-                                f"after {request.num_computed_tokens}); {self.kv_cache_manager.block_pool.get_num_free_blocks()}"
-                                f" blocks free")
+                                f"after {request.num_computed_tokens}); "
+                                f"{self.kv_cache_manager.block_pool.get_num_free_blocks()} blocks free")
             blocks[rid], tokens[rid] = got, c
         if len(self.running) > self.max_num_running_reqs:
             raise PlanError(f"plan batch {j}: {len(self.running)} running requests > max_num_seqs = "
@@ -155,7 +155,8 @@ class PlanScheduler(Scheduler):
         try:
             return self.requests[self._engine_id[i]]
         except KeyError:
-            raise PlanError(f"plan batch {j}: request {i} is not in the engine (never submitted, or finished)") from None
+            raise PlanError(f"plan batch {j}: request {i} is not in the engine "
+                            "(never submitted, or finished)") from None
 
     def _output(self, new: list, resumed: list, running: list, blocks: dict, tokens: dict) -> SchedulerOutput:
         """The step's SchedulerOutput, built as vLLM's model runner reads it, then the scheduler's bookkeeping."""
@@ -214,7 +215,7 @@ def execute_plans(items: Sequence[tuple[str, Schedule | None, Workload]], limits
         raise ValueError(f"--model {model!r} is neither a model directory nor a shape "
                          f"({', '.join(MODEL_SHAPES)}, llama:...)")
     steps = []
-    for label, plan, w in items:
+    for _label, plan, w in items:
         engine_limits(limits, w)
         steps.append(None if plan is None else check_plan(plan, w, limits))
     model_dir = vllm_engine.resolve_model(model, cache_dir)

@@ -20,7 +20,7 @@ function imports it when it runs); the validation names load their module on fir
 """
 from importlib import import_module
 
-from .executor import ExecutionResult, execute   # torch-free at import; torch loads when a schedule runs
+from .executor import ExecutionResult, execute  # torch-free at import; torch loads when a schedule runs
 from .model import build_model, model_config, prompt_tokens, reference_tokens
 
 _LAZY = {"validate": "validation", "ValidationReport": "validation"}

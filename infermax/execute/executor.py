@@ -220,7 +220,7 @@ def execute(schedule: Schedule, workload: "Workload | str", model: Any = None, d
     max_positions = int((workload.input_lens + workload.output_lens).max())
     with torch_threads(num_threads if device == "cpu" else None), torch.inference_mode():
         fused = FusedLlama(model, max_positions) if backend == "sdpa" else None
-        step = lambda cache, packed: run(model, cache, packed, backend, fused).tolist()  # noqa: E731
+        step = lambda cache, packed: run(model, cache, packed, backend, fused).tolist()
         if warmup:
             _warm_up(step, model, prompts[int(workload.ids[0])], block_size, device)
         wall, cpu, tokens, in_use = _run_repeats(repeats, schedule, workload, prompts, step,
@@ -260,7 +260,7 @@ def _run_repeats(repeats: int, schedule: Schedule, workload: Workload, prompts: 
         cpu.append(cpu_times)
         tokens, in_use = generated, cache.k.shape[1] - cache.num_free_blocks   # k: [layers, blocks, ...]
     shape = (repeats, len(schedule))
-    as_array = lambda runs: np.asarray(runs, dtype=np.float64).reshape(shape)  # noqa: E731
+    as_array = lambda runs: np.asarray(runs, dtype=np.float64).reshape(shape)
     return as_array(wall), as_array(cpu), tokens, in_use
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from infermax.costmodel.packed import Packed   # the layout the profiler times, owned by the lower layer
+from infermax.costmodel.packed import Packed  # the layout the profiler times, owned by the lower layer
 
 BACKENDS = ("auto", "sdpa", "triton", "torch")
 
@@ -73,7 +73,7 @@ def pack(chunks: list[Chunk], cache: Any, device: Any) -> Packed:
             nb = -(-total // bs)
             mask = torch.arange(nb * bs)[None, :] <= (ch.m + torch.arange(lens[i]))[:, None]
             prefills.append((int(rows[i]), int(rows[i + 1]), table[i, :nb].to(device), mask.to(device)))
-    to = lambda t: t.to(device)  # noqa: E731
+    to = lambda t: t.to(device)
     return Packed(input_ids=to(torch.tensor([t for ch in chunks for t in ch.token_ids], dtype=torch.long)),
                   positions=to(positions), write_slots=to(write), last_rows=to(rows[1:] - 1),
                   decode_rows=to(rows[:-1][dec]), decode_blocks=to(dec_blocks.reshape(-1)),
@@ -138,7 +138,8 @@ def run(model: Any, cache: Any, batch: Packed, backend: str, fused: "FusedLlama 
 def _sdpa_forward(net: FusedLlama, cache: Any, batch: Packed) -> Any:
     """Logits [num_chunks, vocab] with one batched decode-attention call and one call per prefill."""
     import torch
-    from torch.nn.functional import linear, scaled_dot_product_attention as sdpa, silu
+    from torch.nn.functional import linear, silu
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     cfg = net.cfg
     hq, hkv, hd, ffn = cfg.num_q_heads, cfg.num_kv_heads, cfg.head_dim, cfg.intermediate_size

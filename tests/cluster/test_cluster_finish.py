@@ -22,7 +22,8 @@ from infermax.cluster.policies import POLICIES, get_policy
 CLUSTER_POLICIES = tuple(p for p in POLICIES if get_policy(p).name == p)
 SPECS = ("a100:nodes=1,gpus_per_node=2,model=mistral-7b-v0.3", "a100:nodes=1,gpus_per_node=3,model=llama2-7b,util=0.25",
          "a100:nodes=1,gpus_per_node=4,tp=1,kvp=2,model=mistral-7b-v0.3",
-         "a100:nodes=1,gpus_per_node=2,tp=1,kvp=2,model=llama2-7b", "a100:nodes=2,gpus_per_node=2,model=mistral-7b-v0.3")
+         "a100:nodes=1,gpus_per_node=2,tp=1,kvp=2,model=llama2-7b",
+         "a100:nodes=2,gpus_per_node=2,model=mistral-7b-v0.3")
 LOCALS = (None, "vllm", "sarathi", "vllm-hy", "medha")
 
 

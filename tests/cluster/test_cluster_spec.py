@@ -1,4 +1,4 @@
-"""The cluster spec: parsing, replicas and their KV capacity, links (pecsched.txt §6.2's testbed)."""
+"""The cluster spec: parsing, replicas and their KV capacity, links (PecSched §6.2's testbed)."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from infermax.cluster import Cluster
 from infermax.costmodel.specs import get_model_spec, kv_capacity_tokens
 
-TESTBED = {  # pecsched.txt Table 5 on 4 nodes x 8 A100-80GB
+TESTBED = {  # PecSched Table 5 on 4 nodes x 8 A100-80GB
     "mistral-7b-v0.3": (1, 32), "phi3-14b": (1, 32), "yi-34b": (4, 8), "llama3.1-70b": (4, 8),
 }
 

@@ -1,4 +1,4 @@
-"""CSPS (csps.txt) on the cluster engine: SP plans, the per-request choice, CSA, pipelining, Q-shipping decode."""
+"""CSPS on the cluster engine: SP plans, the per-request choice, CSA, pipelining, Q-shipping decode."""
 from __future__ import annotations
 
 import copy
@@ -10,8 +10,15 @@ from infermax.cluster import Cluster, replay_cluster, simulate_cluster
 from infermax.cluster.csps import CspsVariant, csps_prefill, csps_workload, group_gpus
 from infermax.cluster.judge import ClusterScheduleError
 from infermax.cluster.schedule import ClusterSchedule
-from infermax.cluster.sp_plans import (NetworkModel, choose_sp_kind, decode_layer_bytes, decode_layer_s,
-                                       layer_volumes, pipeline_s, prefill_plan)
+from infermax.cluster.sp_plans import (
+    NetworkModel,
+    choose_sp_kind,
+    decode_layer_bytes,
+    decode_layer_s,
+    layer_volumes,
+    pipeline_s,
+    prefill_plan,
+)
 from infermax.costmodel.communication import sp_ntp_crossover_length, sp_ntp_volume, sp_tp_volume
 from infermax.costmodel.parallel import ParallelConfig
 from infermax.costmodel.specs import get_model_spec

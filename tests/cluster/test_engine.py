@@ -6,7 +6,6 @@ import pytest
 
 from infermax import Limits, Request, Workload, replay, simulate
 from infermax.cluster import Cluster, simulate_cluster
-from infermax.engine import SchedulerStuckError
 
 ONE = Cluster.from_spec("a100:nodes=1,gpus_per_node=1,model=llama2-7b")
 FOUR = Cluster.from_spec("a100:nodes=1,gpus_per_node=4,model=mistral-7b-v0.3")

@@ -1,4 +1,4 @@
-"""PecSched's fast SP (pecsched.txt §5.3) on a gang of replicas."""
+"""PecSched's fast SP (PecSched §5.3) on a gang of replicas."""
 from __future__ import annotations
 
 import numpy as np

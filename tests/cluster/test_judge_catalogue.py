@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-
 from cluster_catalogue import CASES, INTERNAL, RUNS, base_document, workload_of
+
 from infermax.cluster import ClusterSchedule
 from infermax.cluster.judge import ClusterScheduleError, replay_cluster
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from infermax import Request, Workload
-from infermax.cluster import Cluster, ClusterScheduleError, ClusterSchedule, replay_cluster, simulate_cluster
+from infermax.cluster import Cluster, ClusterSchedule, ClusterScheduleError, replay_cluster, simulate_cluster
 from infermax.cluster.elastic import choose_elastic, gang_targets
 from infermax.cluster.fastsp import fast_sp_prefill
 
@@ -163,7 +163,7 @@ def test_a_window_past_the_end_gives_the_full_run_and_a_short_one_censors(mixed)
     assert cut.metrics["num_arrived"] == 5 and cut.metrics["num_first_token"] == 3
     assert np.isnan(cut.first_token_s[3]) and cut.by_tag["long"]["ttft_p99_s"] == float("inf")
     # first come, first served without preemption: the short request behind the 300K prompt waits for it
-    # (every prefill instance is in its gang): the head-of-line blocking of medha.txt Fig. 1
+    # (every prefill instance is in its gang): the head-of-line blocking of Medha Fig. 1
     assert np.isnan(cut.first_token_s[4]) and r.trace.requests["first_token_s"][4] > r.gangs[-1].first_token_s
 
 

@@ -6,8 +6,13 @@ import pytest
 
 from infermax import Limits, Request, Workload, starvation
 from infermax.cluster import Cluster, replay_cluster, simulate_cluster
-from infermax.cluster.operating import (OperatingPoint, at_class_load, class_rate_rps, operating_point,
-                                        replica_capacity_rps)
+from infermax.cluster.operating import (
+    OperatingPoint,
+    at_class_load,
+    class_rate_rps,
+    operating_point,
+    replica_capacity_rps,
+)
 
 FOUR = Cluster.from_spec("a100:nodes=1,gpus_per_node=4,model=mistral-7b-v0.3")
 W = Workload.from_spec("pecsched:splitwise_conv,n=160,hi=300000")

@@ -1,4 +1,4 @@
-"""Placement rules of pecsched.txt §6.2: shortest local queue, same node first, least total queue."""
+"""Placement rules of PecSched §6.2: shortest local queue, same node first, least total queue."""
 from __future__ import annotations
 
 import itertools
@@ -50,7 +50,7 @@ def test_the_gang_is_on_the_fewest_nodes_with_the_least_total_queue(seed):
 
 
 def test_reservation_leaves_short_requests_fewer_replicas_than_long_ones():
-    # pecsched.txt §6.3: "fewer GPUs are reserved for short requests than for long ones"
+    # PecSched §6.3: "fewer GPUs are reserved for short requests than for long ones"
     long_only, short_only = reservation_split(C, 500_000, gang=8)
     assert (long_only ^ short_only).all() and long_only[-24:].all() and long_only.sum() == 24   # 3 of 4 nodes
     assert reservation_split(C, 500_000)[0].sum() == 17                  # one-replica gangs: a bare majority

@@ -2,8 +2,14 @@
 import numpy as np
 import pytest
 
-from infermax.costmodel.accuracy import (accuracy_report, compose_batches, cross_validate, error_stats,
-                                         group_folds, plot_accuracy)
+from infermax.costmodel.accuracy import (
+    accuracy_report,
+    compose_batches,
+    cross_validate,
+    error_stats,
+    group_folds,
+    plot_accuracy,
+)
 from infermax.costmodel.fitting import fit_operators, operator_data
 from infermax.costmodel.linear import prefill_attention_work
 

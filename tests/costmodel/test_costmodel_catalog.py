@@ -3,8 +3,14 @@
 import numpy as np
 import pytest
 
-from infermax.costmodel import (LinearCoefficients, LinearCostModel, ProfiledCostModel, RooflineCostModel,
-                                available_cost_models, get_cost_model)
+from infermax.costmodel import (
+    LinearCoefficients,
+    LinearCostModel,
+    ProfiledCostModel,
+    RooflineCostModel,
+    available_cost_models,
+    get_cost_model,
+)
 from infermax.costmodel.catalog import build_catalog, fit_catalog_entry, fitted_names, load_fitted
 from infermax.costmodel.profiles import available_profiles
 

@@ -1,14 +1,18 @@
-"""CSA's cost term (csps.txt §3.2.4): shares of dense KV moved and attended, pure Python."""
+"""CSA's cost term (CSPS §3.2.4): shares of dense KV moved and attended, pure Python."""
 
 import pytest
 
 from infermax.costmodel.communication import (
-    CsaFractions, csa_keep_ratios, csa_kv_fractions, csa_num_kept, csa_rings,
+    CsaFractions,
+    csa_keep_ratios,
+    csa_kv_fractions,
+    csa_num_kept,
+    csa_rings,
 )
 
 
 def test_rings_tile_the_earlier_keys_from_near_to_far():
-    # csps.txt Fig. 7: 4 segments of 2 tokens; the 4th segment (6..7) sees 4..5 at level 2, 0..3 at level 3
+    # CSPS Fig. 7: 4 segments of 2 tokens; the 4th segment (6..7) sees 4..5 at level 2, 0..3 at level 3
     assert csa_rings(6, 2, 3) == [(2, 4, 6), (3, 0, 4)]
     assert csa_rings(4, 2, 3) == [(3, 0, 4)]  # first of its level-2 pair: nothing at level 2
     assert csa_rings(0, 2, 3) == []

@@ -7,8 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infermax.costmodel.communication import fit_collective
-from infermax.costmodel.fitting import (OperatorData, fit_decode, fit_nonattention, fit_operators, fit_prefill,
-                                        relative_lsq)
+from infermax.costmodel.fitting import (
+    OperatorData,
+    fit_decode,
+    fit_nonattention,
+    fit_operators,
+    fit_prefill,
+    relative_lsq,
+)
 from infermax.costmodel.linear import LinearCoefficients, prefill_attention_work
 from infermax.costmodel.roofline import roofline_terms
 

@@ -7,12 +7,26 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infermax.costmodel import LinearCoefficients, ParallelConfig, get_cost_model
-from infermax.costmodel.communication import (CollectiveLine, CommModel, megatron_sp_attention_volume,
-                                              ring_attention_volume, sp_ntp_crossover_length, sp_ntp_volume,
-                                              sp_tp_volume, ulysses_sp_attention_volume)
-from infermax.costmodel.parallel import (ParallelCostModel, kv_migration_time_s, kvp_decode_time_s, kvp_merge_s,
-                                         kvp_workers_per_node, parallel_kv_capacity_tokens, spp_prefill_time_s,
-                                         spp_prefill_ttft_s)
+from infermax.costmodel.communication import (
+    CollectiveLine,
+    CommModel,
+    megatron_sp_attention_volume,
+    ring_attention_volume,
+    sp_ntp_crossover_length,
+    sp_ntp_volume,
+    sp_tp_volume,
+    ulysses_sp_attention_volume,
+)
+from infermax.costmodel.parallel import (
+    ParallelCostModel,
+    kv_migration_time_s,
+    kvp_decode_time_s,
+    kvp_merge_s,
+    kvp_workers_per_node,
+    parallel_kv_capacity_tokens,
+    spp_prefill_time_s,
+    spp_prefill_ttft_s,
+)
 from infermax.costmodel.specs import GPUS, MODELS, kv_capacity_tokens
 
 SPEC, GPU = MODELS["llama2-7b"], GPUS["a100"]

@@ -7,11 +7,11 @@ import pytest
 
 pytest.importorskip("torch")
 
-from infermax.costmodel.accuracy import accuracy_report                      # noqa: E402
-from infermax.costmodel.fitting import fit_operators, operator_data          # noqa: E402
-from infermax.costmodel.linear import LinearCostModel                        # noqa: E402
-from infermax.costmodel.profiler import ProfileGrid, measure_batch_s, profile_model  # noqa: E402
-from infermax.costmodel.profiles import load_attention_profile, load_mlp_profile     # noqa: E402
+from infermax.costmodel.accuracy import accuracy_report
+from infermax.costmodel.fitting import fit_operators, operator_data
+from infermax.costmodel.linear import LinearCostModel
+from infermax.costmodel.profiler import ProfileGrid, measure_batch_s, profile_model
+from infermax.costmodel.profiles import load_attention_profile, load_mlp_profile
 
 
 @pytest.fixture(scope="module")

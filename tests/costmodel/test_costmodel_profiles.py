@@ -3,8 +3,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from infermax.costmodel.profiles import (MissingProfileError, ProfileFormatError, available_profiles,
-                                         load_attention_profile, load_mlp_profile, load_network_profile)
+from infermax.costmodel.profiles import (
+    MissingProfileError,
+    ProfileFormatError,
+    available_profiles,
+    load_attention_profile,
+    load_mlp_profile,
+    load_network_profile,
+)
 
 ATTENTION_HEADER = ("batch_size,prefill_chunk_size,kv_cache_size,is_prefill,num_tensor_parallel_workers,"
                     "time_stats.attn_prefill.median,time_stats.attn_decode.median")

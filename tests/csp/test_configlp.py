@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from infermax import Limits, Workload
 from infermax.csp import Policy
 from infermax.csp.search import configlp
+from infermax.csp.search.astar import exact_search
 from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.search.classstate import ClassStateSpace
-from infermax.csp.search.astar import exact_search
 from infermax.csp.search.trajectorylp import TrajectoryLP
 from infermax.csp.search.trajectorylp import is_available as glop_available
 

@@ -17,9 +17,8 @@ from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, Strengthening
 from infermax.csp.milp.aggregate import assign_aggregate, build_aggregate
 from infermax.csp.milp.build import build
-from infermax.csp.milp.objectives import METRIC_OF
 from infermax.csp.milp.formulation import check_instance
-from infermax.csp.milp.objectives import MONOTONE, nonattention_segments
+from infermax.csp.milp.objectives import METRIC_OF, MONOTONE, nonattention_segments
 from infermax.csp.milp.trajectory import canonical_labels, merge_chunks, respects_policy, strip_wasted_work
 from infermax.csp.warmstart import assign
 

@@ -9,10 +9,10 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload, metrics, replay
 from infermax.csp import Policy, solve_optimal
-from infermax.csp.search.batchtable import RemainingBatches
-from infermax.csp.search.batchcount import is_applicable as batchcount_applies
-from infermax.csp.search.classstate import ClassStateSpace, classes_of
 from infermax.csp.search.astar import exact_search, is_applicable, pilot_search, rollout
+from infermax.csp.search.batchcount import is_applicable as batchcount_applies
+from infermax.csp.search.batchtable import RemainingBatches
+from infermax.csp.search.classstate import ClassStateSpace, classes_of
 
 NO_CHUNK = Policy(chunked_prefill=False)
 

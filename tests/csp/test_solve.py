@@ -7,10 +7,10 @@ from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, metrics, replay
-from infermax.engine import resolve_inputs
 from infermax.csp import OptimalResult, Policy, solve_optimal
 from infermax.csp import backends as csp_backends
 from infermax.csp.milp.objectives import METRIC_OF
+from infermax.engine import resolve_inputs
 
 pytestmark = pytest.mark.solver
 
@@ -157,7 +157,6 @@ def test_online_bound_stays_below_every_schedule_despite_the_time_grid(cost):
 def test_combine_keeps_the_higher_throughput_and_the_lower_throughput_bound(cost):
     """Throughput is maximised: the better of two solves has the higher value and the tighter (lower) bound."""
     import dataclasses
-    import time
 
     from infermax.csp.result import combine
 

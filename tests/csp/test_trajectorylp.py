@@ -11,11 +11,11 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload
 from infermax.csp import Policy
-from infermax.csp.search.batchcount import is_applicable as batchcount_applies
 from infermax.csp.search import configlp
+from infermax.csp.search.astar import exact_search, is_applicable, pilot_search
+from infermax.csp.search.batchcount import is_applicable as batchcount_applies
 from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.search.classstate import ClassStateSpace, classes_of
-from infermax.csp.search.astar import exact_search, is_applicable, pilot_search
 from infermax.csp.search.trajectorybound import TrajectoryBound
 from infermax.csp.search.trajectorylp import TrajectoryLP, is_available
 

@@ -15,10 +15,10 @@ pytestmark = pytest.mark.skipif(not _triton.HAS_TRITON or not (_triton.is_interp
 
 
 def test_triton_backend_generates_the_reference_tokens():
+    from test_executor import refill_schedule
+
     from infermax.execute import execute, prompt_tokens, reference_tokens
     from infermax.kernels.llama import LlamaConfig, LlamaModel
-
-    from test_executor import refill_schedule
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     net = LlamaModel(LlamaConfig(num_layers=1, hidden_size=64, num_q_heads=4, num_kv_heads=2,

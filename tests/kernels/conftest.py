@@ -93,7 +93,7 @@ def make_paged_batch():
         write_kv(k_cache, v_cache, table, cu_all, torch.zeros(len(seq_lens), dtype=torch.int32),
                  torch.cat(k_seqs), torch.cat(v_seqs))
         q = torch.randn(sum(query_lens), num_q_heads, head_dim, generator=gen).to(dtype)
-        to = lambda t: t.to(device)  # noqa: E731
+        to = lambda t: t.to(device)
         return SimpleNamespace(
             q=to(q), k_cache=to(k_cache), v_cache=to(v_cache), block_table=to(table),
             cu_seqlens=to(torch.tensor([0] + list(query_lens)).cumsum(0).to(torch.int32)),

@@ -1,4 +1,4 @@
-"""CSA sparse attention (csps.txt §3.2.4-3.2.5): reference, kept-key lists, Triton kernel, error vs dense."""
+"""CSA sparse attention (CSPS §3.2.4-3.2.5): reference, kept-key lists, Triton kernel, error vs dense."""
 
 import pytest
 
@@ -9,8 +9,14 @@ from hypothesis import strategies as st  # noqa: E402
 from infermax.kernels import _triton  # noqa: E402
 from infermax.kernels import csa as csa_module  # noqa: E402
 from infermax.kernels.csa import (  # noqa: E402
-    attention_importance, csa_attention, csa_attention_reference, csa_error_vs_dense, csa_keep_mask,
-    csa_keep_ratios, csa_kept_keys, csa_levels,
+    attention_importance,
+    csa_attention,
+    csa_attention_reference,
+    csa_error_vs_dense,
+    csa_keep_mask,
+    csa_keep_ratios,
+    csa_kept_keys,
+    csa_levels,
 )
 
 needs_triton = pytest.mark.skipif(
@@ -30,7 +36,7 @@ def test_keep_ratio_halves_per_level_beyond_two():
 
 
 def test_levels_follow_the_segment_hierarchy():
-    # 4 segments of 2 tokens (csps.txt Fig. 7): pairs of segments form level 2, all four level 3
+    # 4 segments of 2 tokens (CSPS Fig. 7): pairs of segments form level 2, all four level 3
     levels = csa_levels(8, segment_tokens=2, num_levels=3)
     assert levels[0].tolist() == [1, 1, 2, 2, 3, 3, 3, 3]
     assert levels[5].tolist() == [3, 3, 3, 3, 1, 1, 2, 2]

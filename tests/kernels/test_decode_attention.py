@@ -8,8 +8,12 @@ from hypothesis import strategies as st  # noqa: E402
 
 from infermax.kernels import _triton  # noqa: E402
 from infermax.kernels.decode_attention import (  # noqa: E402
-    decode_attention, decode_attention_reference, decode_attention_split_reference, decode_partials,
-    decode_partials_reference, split_bounds,
+    decode_attention,
+    decode_attention_reference,
+    decode_attention_split_reference,
+    decode_partials,
+    decode_partials_reference,
+    split_bounds,
 )
 from infermax.kernels.prefill_attention import prefill_attention  # noqa: E402
 

@@ -7,7 +7,12 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from infermax.kernels.paged import (  # noqa: E402
-    OutOfBlocksError, PagedKVCache, gather_kv, slot_mapping, token_positions, write_kv,
+    OutOfBlocksError,
+    PagedKVCache,
+    gather_kv,
+    slot_mapping,
+    token_positions,
+    write_kv,
 )
 from infermax.kernels.prefill_attention import prefill_attention_reference  # noqa: E402
 

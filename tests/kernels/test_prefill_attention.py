@@ -6,7 +6,8 @@ torch = pytest.importorskip("torch")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from infermax.kernels import _triton, prefill_attention as prefill_module  # noqa: E402
+from infermax.kernels import _triton  # noqa: E402
+from infermax.kernels import prefill_attention as prefill_module  # noqa: E402
 from infermax.kernels.prefill_attention import prefill_attention, prefill_attention_reference  # noqa: E402
 
 needs_triton = pytest.mark.skipif(not _triton.HAS_TRITON, reason="triton not installed")
