@@ -68,6 +68,8 @@ def fluid_admissions(state: ServingState, rate: float | None) -> dict[str, float
         point = equilibrium(types, state.cost, rho * (1 - 1e-3))
     if point is None:
         return {t.name: math.inf for t in types}
+    if point.scale == 0:                # no positive rate fits the limits: the admissions per batch at scale -> 0
+        return {t.name: point.batch_time_s * t.rate_per_s for t in types}
     return {t.name: x / point.scale for t, x in zip(types, point.admissions.values())}
 
 

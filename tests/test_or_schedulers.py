@@ -89,6 +89,21 @@ def test_wait_thresholds_are_one_batch_of_fluid_arrivals():
     assert sched.thresholds.tolist() == want and max(want) > 1
 
 
+@pytest.mark.parametrize("name", ["wait", "nested-wait"])
+def test_wait_thresholds_stay_finite_when_no_rate_fits_the_limits(name):
+    # arrivals 1e-38 s apart: even the smallest rate scale overflows M = 1, so the stability limit is 0; the
+    # admissions per batch are then their limit at scale -> 0, not 0 / 0 (which cast NaN to a negative threshold)
+    w = Workload(requests=[Request(id=0, input_len=1, output_len=1, arrival_s=0.0),
+                           Request(id=1, input_len=1, output_len=1, arrival_s=1.175494351e-38)])
+    lim = Limits(M=1, C=2, P=2)
+    assert stability_limit(fluid_types(w, None), lim, get_cost_model(None))[0] == 0.0
+    sched = get_scheduler(name)
+    with np.errstate(all="raise"):
+        r = simulate(w, sched, lim)
+    assert (sched.thresholds if name == "wait" else sched._n).min() >= 1
+    assert len(replay(r.schedule, w, lim).request_frame()) == 2
+
+
 def test_nested_wait_never_reads_an_output_length_before_it_completes():
     base = Workload.from_lengths([20, 12, 30, 8], [50, 9, 70, 33], [0.0, 0.0, 0.01, 0.02])
     longer = Workload.from_lengths([20, 12, 30, 8], [50, 9, 90, 33], [0.0, 0.0, 0.01, 0.02])
