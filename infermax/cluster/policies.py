@@ -82,6 +82,17 @@ RING_ATTENTION = ("striped", "contiguous")   # how a plain ring shards the seque
 MEDHA_CHUNK_TOKENS = 4096      # a policy's plan run by a medha scheduler: prefill tokens per batch unless limits
                                # are given (Medha §3.3)
 _FLAG_FIELDS = ("preempt_prefill", "disaggregate", "colocate", "fast_sp", "elastic", "scale_down", "striped")
+#: (field, accepts its value, what it must be) for the fields whose values are not names
+_FIELD_CHECKS = (
+    ("name", lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    ("queue", lambda v: isinstance(v, str), "a queue discipline's name (a string)"),
+    *((flag, lambda v: isinstance(v, bool), "True or False") for flag in _FLAG_FIELDS),
+    ("plan", lambda v: isinstance(v, str), "a plan preset's name or ''"),
+    ("local", lambda v: isinstance(v, str), "a replica scheduler's name or ''"),
+    ("csps", lambda v: v is None or isinstance(v, CspsVariant), "a CspsVariant or None"),
+    ("route", lambda v: v in ("", *ROUTES), f"one of {', '.join(ROUTES)} (or empty)"),
+    ("route_seed", lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+)
 
 
 def _known(value: str, names: "tuple[str, ...] | list[str]") -> str:
@@ -111,25 +122,15 @@ class ClusterPolicy:
     route_seed: int = 0        # the random router's seed
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ValueError(f"ClusterPolicy.name must be a non-empty string, got {self.name!r}")
-        if not isinstance(self.queue, str) or self.queue not in DISCIPLINES:
-            raise ValueError(f"ClusterPolicy.queue: unknown queue discipline {self.queue!r}"
-                             f"{_known(self.queue, list(DISCIPLINES))}")
-        for flag in _FLAG_FIELDS:
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"ClusterPolicy.{flag} must be True or False, got {getattr(self, flag)!r}")
-        if not isinstance(self.plan, str) or self.plan not in ("", *PRESETS):
-            raise ValueError(f"ClusterPolicy.plan: unknown plan preset {self.plan!r} ('' for the default)"
-                             f"{_known(self.plan, list(PRESETS))}")
-        if not isinstance(self.local, str):
-            raise ValueError(f"ClusterPolicy.local must be a replica scheduler's name or '', got {self.local!r}")
-        if self.csps is not None and not isinstance(self.csps, CspsVariant):
-            raise ValueError(f"ClusterPolicy.csps must be a CspsVariant or None, got {self.csps!r}")
-        if not isinstance(self.route, str) or self.route not in ("", *ROUTES):
-            raise ValueError(f"ClusterPolicy.route must be one of {', '.join(ROUTES)} (or empty), got {self.route!r}")
-        if isinstance(self.route_seed, bool) or not isinstance(self.route_seed, int):
-            raise ValueError(f"ClusterPolicy.route_seed must be an integer, got {self.route_seed!r}")
+        for field, ok, must in _FIELD_CHECKS:
+            value = getattr(self, field)
+            if not ok(value):
+                raise ValueError(f"ClusterPolicy.{field} must be {must}, got {value!r}")
+        for field, names, what in (("queue", DISCIPLINES, "queue discipline"), ("plan", PRESETS, "plan preset")):
+            value = getattr(self, field)
+            if value not in names and not (field == "plan" and value == ""):
+                raise ValueError(f"ClusterPolicy.{field}: unknown {what} {value!r}{_known(value, list(names))}"
+                                 + (" (or '' for the default)" if field == "plan" else ""))
         if self.scale_down and not self.disaggregate:
             raise ValueError("ClusterPolicy.scale_down = True moves a gang's KV to the decode pool, which only "
                              "disaggregate = True sets apart")

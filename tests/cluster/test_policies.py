@@ -86,13 +86,14 @@ def test_an_unknown_queue_is_refused_naming_the_field_the_value_and_the_known_on
 
 @pytest.mark.parametrize("field, value, text", [
     ("name", "", "ClusterPolicy.name must be a non-empty string, got ''"),
-    ("queue", 3, "ClusterPolicy.queue: unknown queue discipline 3"),
+    ("queue", 3, "ClusterPolicy.queue must be a queue discipline's name (a string), got 3"),
     ("preempt_prefill", "yes", "ClusterPolicy.preempt_prefill must be True or False, got 'yes'"),
     ("disaggregate", 1, "ClusterPolicy.disaggregate must be True or False, got 1"),
     ("fast_sp", None, "ClusterPolicy.fast_sp must be True or False, got None"),
     ("elastic", 0, "ClusterPolicy.elastic must be True or False, got 0"),
     ("striped", "no", "ClusterPolicy.striped must be True or False, got 'no'"),
-    ("plan", "4d", "ClusterPolicy.plan: unknown plan preset '4d'"),
+    ("plan", "4d", "ClusterPolicy.plan: unknown plan preset '4d'; known: 3d, 2d, 3d-static, 3d-pp (or '' for the"),
+    ("plan", 3, "ClusterPolicy.plan must be a plan preset's name or '', got 3"),
     ("local", None, "ClusterPolicy.local must be a replica scheduler's name or '', got None"),
     ("csps", "csps", "ClusterPolicy.csps must be a CspsVariant or None, got 'csps'"),
     ("route", "nearest", "ClusterPolicy.route must be one of round-robin, random, lor (or empty), got 'nearest'"),
