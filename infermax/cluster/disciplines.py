@@ -35,19 +35,18 @@ runs and judges it (docs/howto/cluster.md, "Add a queue discipline").
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
 from .csps import CspsVariant
+from .elastic import short_reserve
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT
 from .placement import reservation_split
-
-if TYPE_CHECKING:
-    from .policies import ClusterPolicy
-    from .spec import Cluster
+from .spec import Cluster
 
 Split = tuple[np.ndarray, np.ndarray]     # (may serve long requests, may serve short ones), per replica
+# (``policy`` arguments are ClusterPolicy objects, typed Any: policies.py imports this module, not the reverse)
 
 
 class QueueDiscipline:
@@ -59,7 +58,7 @@ class QueueDiscipline:
     reserves: ClassVar[bool] = False      # the role plan sets replicas apart for long requests
     at_once: ClassVar[bool] = False       # one replica and no gang: every request goes there on arrival
 
-    def check(self, policy: "ClusterPolicy") -> None:
+    def check(self, policy: Any) -> None:
         """A ``ValueError`` naming the field if ``policy`` sets a flag this discipline gives no meaning."""
         for flag in ("preempt_prefill", "colocate"):
             if self.exclusive and getattr(policy, flag):
@@ -69,7 +68,7 @@ class QueueDiscipline:
         if policy.csps is not None:
             raise ValueError(f"ClusterPolicy.csps = {policy.csps!r} runs under queue 'csps', not {self.name!r}")
 
-    def tiers(self, policy: "ClusterPolicy") -> list[tuple[int, ...]]:
+    def tiers(self, policy: Any) -> list[tuple[int, ...]]:
         """The load tiers a request one replica serves tries in turn: here, a replica no gang holds."""
         return [(FREE,)]
 
@@ -83,7 +82,7 @@ class QueueDiscipline:
         long or short), False if the next request may go."""
         return True
 
-    def split(self, policy: "ClusterPolicy", cluster: "Cluster", prefill_pool: np.ndarray, is_long: np.ndarray,
+    def split(self, policy: Any, cluster: Cluster, prefill_pool: np.ndarray, is_long: np.ndarray,
               peak: np.ndarray, gang: int, reserved_replicas: int | None, long_tag: str) -> Split:
         """The role plan (:func:`~infermax.cluster.roles.plan_roles`): every prefill replica serves both kinds.
         ``peak``: per request its peak KV; ``gang``: the replicas of a long request's gang (1 without gangs)."""
@@ -92,7 +91,7 @@ class QueueDiscipline:
                              f"replicas, but policy {policy.name!r} reserves none")
         return prefill_pool.copy(), prefill_pool.copy()
 
-    def split_elastic(self, policy: "ClusterPolicy", cluster: "Cluster", prefill_pool: np.ndarray) -> Split:
+    def split_elastic(self, policy: Any, cluster: Cluster, prefill_pool: np.ndarray) -> Split:
         """The role plan of an elastic policy (:func:`~infermax.cluster.elastic.elastic_roles`)."""
         return prefill_pool.copy(), prefill_pool.copy()
 
@@ -136,7 +135,7 @@ class Reservation(QueueDiscipline):
     def stops_at_replica(self) -> bool:
         return False
 
-    def split(self, policy: "ClusterPolicy", cluster: "Cluster", prefill_pool: np.ndarray, is_long: np.ndarray,
+    def split(self, policy: Any, cluster: Cluster, prefill_pool: np.ndarray, is_long: np.ndarray,
               peak: np.ndarray, gang: int, reserved_replicas: int | None, long_tag: str) -> Split:
         if is_long.any():
             return reservation_split(cluster, int(peak[is_long].max()), gang, reserved_replicas)
@@ -145,8 +144,7 @@ class Reservation(QueueDiscipline):
                              f"replicas, but no request is tagged {long_tag!r} reserves none")
         return prefill_pool.copy(), prefill_pool.copy()
 
-    def split_elastic(self, policy: "ClusterPolicy", cluster: "Cluster", prefill_pool: np.ndarray) -> Split:
-        from .elastic import short_reserve
+    def split_elastic(self, policy: Any, cluster: Cluster, prefill_pool: np.ndarray) -> Split:
         return short_reserve(policy, cluster, prefill_pool)
 
 
@@ -167,11 +165,11 @@ class _SharedGangs(QueueDiscipline):
 
     exclusive = False
 
-    def check(self, policy: "ClusterPolicy") -> None:
+    def check(self, policy: Any) -> None:
         if policy.csps is not None:
             raise ValueError(f"ClusterPolicy.csps = {policy.csps!r} runs under queue 'csps', not {self.name!r}")
 
-    def tiers(self, policy: "ClusterPolicy") -> list[tuple[int, ...]]:
+    def tiers(self, policy: Any) -> list[tuple[int, ...]]:
         steps = [(FREE,)]                                              # step 2: a replica no long request holds
         if policy.colocate:                                            # steps 3-4: colocate with a long decode
             steps.append((GANG_DECODE,))
@@ -199,7 +197,7 @@ class Csps(_SharedGangs):
 
     name = "csps"
 
-    def check(self, policy: "ClusterPolicy") -> None:
+    def check(self, policy: Any) -> None:
         if not isinstance(policy.csps, CspsVariant):
             raise ValueError(f"ClusterPolicy.csps must be a CspsVariant under queue 'csps', got {policy.csps!r}")
 

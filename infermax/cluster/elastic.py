@@ -47,7 +47,7 @@ request here must fit one instance (its peak KV within M).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -57,9 +57,6 @@ from .gang import Gang
 from .replicas import GANG, MIGRATE
 from .roles import Roles, _check_one_replica_fits, _prefill_pool, local_limits
 from .spec import Cluster
-
-if TYPE_CHECKING:
-    from .policies import ClusterPolicy
 
 MIN_SHARD_TOKENS = 24_500     # prompt tokens per instance below which ring attention stops paying (medha §2.2)
 SHORT_RESERVE = 2             # loongserve-reserve: prefill instances kept for requests that need no gang (§5.4)
@@ -77,7 +74,7 @@ def gang_targets(input_lens: np.ndarray, cap: int, min_shard_tokens: int = MIN_S
     return np.clip(want, 1, int(cap))
 
 
-def elastic_roles(workload: Workload, cluster: Cluster, pol: "ClusterPolicy", limits: "Limits | str | None",
+def elastic_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits | str | None",
                   sp_replicas: int | None, decode_replicas: int | None) -> Roles:
     """Who serves what under LoongServe: gangs for prompts that want two or more instances, one instance
     for the others; every request's peak KV within one (decode) instance's M."""
@@ -107,7 +104,7 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: "ClusterPolicy", li
                  gang_max=np.where(on_gang, target, 0))
 
 
-def short_reserve(pol: "ClusterPolicy", cluster: Cluster, prefill_pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def short_reserve(pol: Any, cluster: Cluster, prefill_pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``loongserve-reserve``'s role plan (the reservation discipline's, elastic): the first prefill instance of
     each node in turn, ``SHORT_RESERVE`` of them, serve only requests that need no gang, the rest only gangs;
     (may serve long requests, may serve short ones) per instance."""

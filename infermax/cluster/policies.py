@@ -61,7 +61,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from difflib import get_close_matches
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -70,13 +70,11 @@ from infermax.types import Limits, Workload
 from .csps import VARIANTS, CspsVariant
 from .disciplines import DISCIPLINES, QueueDiscipline
 from .elastic import ScaleDown, elastic_roles
+from .gang import Gang, make_gang
 from .plans import PRESETS, Plans, check_plan_holds, plan_options
 from .roles import Roles, plan_roles
 from .routers import ROUTES
 from .spec import Cluster
-
-if TYPE_CHECKING:
-    from .engine import ClusterEngine
 
 RING_ATTENTION = ("striped", "contiguous")   # how a plain ring shards the sequence (engine option ring_attention)
 MEDHA_CHUNK_TOKENS = 4096      # a policy's plan run by a medha scheduler: prefill tokens per batch unless limits
@@ -206,10 +204,17 @@ class ClusterPolicy:
         None (the short ones only)."""
         return np.ones(n, dtype=bool) if self.scale_down else None
 
-    def attach(self, engine: "ClusterEngine") -> None:
+    def attach(self, engine: Any) -> None:
         """Its hooks on a built engine: under scale-down, the gangs' KV to the decode pool (LoongServe)."""
         if self.scale_down:
             engine.gangs.scale_down = ScaleDown(engine)
+
+    def gang(self, cluster: Cluster, gid: int, request: int, members: tuple[int, ...], input_len: int,
+             output_len: int, striped: bool | None = None) -> Gang:
+        """A gang of ``members`` for one long request, its prefill priced as the policy prices it: fast SP, its
+        CSPS variant's plan, or ring attention (striped as the policy's, unless ``striped`` says otherwise)."""
+        return make_gang(cluster, gid, request, members, input_len, output_len, self.fast_sp, self.csps,
+                         self.striped if striped is None else striped)
 
     def run_options(self, roles: Roles, ring_attention: str, plans: Plans | None) -> dict[str, Any]:
         """The engine options a run records beyond the common ones, as the policy used them."""

@@ -14,7 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +23,6 @@ from infermax.types import Limits, Workload
 from .csps import group_gpus
 from .placement import replicas_needed
 from .spec import Cluster
-
-if TYPE_CHECKING:
-    from .policies import ClusterPolicy
 
 # PecSched §6.2: replicas dedicated to short-request decode, per model
 DECODE_REPLICAS = {"mistral-7b-v0.3": 4, "phi3-14b": 4, "yi-34b": 1, "llama3.1-70b": 1}
@@ -69,10 +66,11 @@ def local_limits(cluster: Cluster, workload: Workload, limits: "Limits | str | N
     return base.replace(M=M)
 
 
-def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits: "Limits | str | None",
+def plan_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits | str | None",
                long_tag: str, sp_replicas: int | None, decode_replicas: int | None,
                reserved_replicas: int | None = None) -> Roles:
-    """The run's :class:`Roles`; a ``ValueError`` naming the option, request or limit that makes it impossible."""
+    """The run's :class:`Roles` under ``pol`` (a :class:`~.policies.ClusterPolicy`: its discipline splits the
+    replicas); a ``ValueError`` naming the option, request or limit that makes it impossible."""
     R = cluster.num_replicas
     is_long = np.array([r.tag == long_tag for r in workload.requests], dtype=bool)
     peak = workload.input_lens + workload.output_lens - 1
@@ -125,7 +123,7 @@ def _check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, p
                          f"{lim.C}: a replica could never prefill it in one batch")
 
 
-def _prefill_pool(cluster: Cluster, pol: ClusterPolicy, decode_replicas: int | None) -> np.ndarray:
+def _prefill_pool(cluster: Cluster, pol: Any, decode_replicas: int | None) -> np.ndarray:
     """The replicas that take dispatched requests: all, or all but the decode replicas (disaggregation)."""
     R = cluster.num_replicas
     pool = np.ones(R, dtype=bool)
