@@ -4,13 +4,16 @@ PecSched §6.2 "Scheduling": local queues are FIFO; a request one replica serves
 goes to the eligible replica with the shortest local queue in tokens; a long request
 takes an elastic gang of one node's replicas where it can. The policies
 (:mod:`~infermax.cluster.policies`) differ in the order of the global queue and in
-what a short request may land on:
+what a short request may land on; the dispatcher asks the policy's queue discipline
+(:mod:`~infermax.cluster.disciplines`: walk order, tiers, what a blocked request does):
 
 - ``fifo``: first come, first served; the head blocks the queue;
 - ``reservation``: first come, first served, but long requests only on the reserved
   replicas and short ones only on the others, neither blocking the other;
 - ``priority`` and the PecSched variants: short requests first (by index); a long
   request is dispatched only when every short one was;
+- ``csps``: first come, first served; a long request that finds no gang lets the next
+  one try;
 - PecSched's placement of a short request (Fig. 6 steps 2-5): a replica no gang
   holds; else one colocated with a long decode; else one whose gang's prefill it
   preempts (or, under /CoL, whose long decode it preempts) — only if the request

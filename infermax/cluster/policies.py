@@ -1,4 +1,11 @@
-"""The cluster policies by name, as flags the engine reads (PecSched §3.2, §5, §6.2, §6.4).
+"""The cluster policies by name (PecSched §3.2, §5, §6.2, §6.4): each a queue discipline and flags.
+
+A :class:`ClusterPolicy` names its queue discipline (``queue``: how the global queue is walked,
+:mod:`~infermax.cluster.disciplines`, one class each) and sets flags (what may interrupt a gang,
+where decodes run, how gangs are priced); it is checked on construction. The engine asks the
+policy, never its names: its replicas' scheduler, its role plan (elastic or not), its executed
+plans and the replicas' limits (Medha's 4K-token chunks), its hooks (LoongServe's scale-down), its
+gangs' pricing and the options the run records.
 
 Every policy serves long requests (tag ``long``) on a gang of replicas running
 sequence parallelism, as §6.2 does for every method; they differ in what may
