@@ -166,3 +166,26 @@ def test_a_new_discipline_is_a_class_and_a_policy_entry(monkeypatch):
     fifo = simulate_cluster(w, spec, "fifo", "sarathi", sp_replicas=2)
     assert fifo.dispatch_s[2] == fifo.dispatch_s[1] > 0.05        # FIFO: the head blocks the short request
     assert res.dispatch_s[2] == 0.05 and res.dispatch_s[1] == fifo.dispatch_s[1]   # the new one: it goes at once
+
+
+def test_no_module_compares_a_policys_queue_name():
+    """The queue discipline is asked, not named: no ``x.queue == "fifo"`` (or ``in (...)``) anywhere in the
+    package (the registry lookup in policies.py is the one place the name is used)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted([*(root / "infermax").rglob("*.py"), *(root / "schedulers").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            sides = [node.left, *node.comparators]
+            names = any(isinstance(s, ast.Attribute) and s.attr == "queue" for s in sides)
+            strings = any(isinstance(s, ast.Constant) and isinstance(s.value, str)
+                          or isinstance(s, (ast.Tuple, ast.List, ast.Set))
+                          and any(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in s.elts)
+                          for s in sides)
+            if names and strings:
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert not found, "the queue name compared (ask pol.discipline instead): " + ", ".join(found)
