@@ -55,7 +55,7 @@ from infermax.types import Limits, Workload
 
 from .gang import Gang
 from .replicas import GANG, MIGRATE
-from .roles import Roles, _check_one_replica_fits, _prefill_pool, local_limits
+from .roles import Roles, check_one_replica_fits, local_limits, prefill_replicas
 from .spec import Cluster
 
 MIN_SHARD_TOKENS = 24_500     # prompt tokens per instance below which ring attention stops paying (medha §2.2)
@@ -78,7 +78,7 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limit
                   sp_replicas: int | None, decode_replicas: int | None) -> Roles:
     """Who serves what under LoongServe: gangs for prompts that want two or more instances, one instance
     for the others; every request's peak KV within one (decode) instance's M."""
-    prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
+    prefill_pool = prefill_replicas(cluster, pol, decode_replicas)
     eligible_long, eligible_short = pol.discipline.split_elastic(pol, cluster, prefill_pool)
     num_prefill = int(eligible_long.sum())
     if sp_replicas is not None and (isinstance(sp_replicas, bool) or not isinstance(sp_replicas, int)
@@ -97,7 +97,7 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limit
     target = gang_targets(workload.input_lens, cap)
     on_gang = (target >= 2) & (cap >= 2)
     lim = local_limits(cluster, workload, limits, ~on_gang)
-    _check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
+    check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
     k_min = np.where(on_gang, -(-target // 2), 0)          # (the KV fits one instance: checked above)
     return Roles(limits=lim, sp_replicas=cap, is_long=on_gang.copy(), on_gang=on_gang, gang_size=k_min,
                  prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short,

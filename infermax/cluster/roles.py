@@ -94,8 +94,8 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits |
     # replica is all they may have: then they run there like any other request
     on_gang = is_long & (sp > 1)
     lim = local_limits(cluster, workload, limits, ~on_gang)
-    _check_one_replica_fits(workload, cluster, lim, peak, on_gang, long_tag)
-    prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
+    check_one_replica_fits(workload, cluster, lim, peak, on_gang, long_tag)
+    prefill_pool = prefill_replicas(cluster, pol, decode_replicas)
     eligible_long, eligible_short = pol.discipline.split(pol, cluster, prefill_pool, is_long, peak,
                                                          sp if on_gang.any() else 1, reserved_replicas, long_tag)
     if on_gang.any() and int(gang_size[is_long].max()) > int(eligible_long.sum()):
@@ -106,7 +106,7 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits |
                  prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short)
 
 
-def _check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, peak: np.ndarray,
+def check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, peak: np.ndarray,
                             on_gang: np.ndarray, long_tag: str) -> None:
     """Every request that runs on one replica fits it: its peak KV within M, its prompt within C."""
     too_big = np.flatnonzero((peak > lim.M) & ~on_gang)
@@ -123,7 +123,7 @@ def _check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, p
                          f"{lim.C}: a replica could never prefill it in one batch")
 
 
-def _prefill_pool(cluster: Cluster, pol: Any, decode_replicas: int | None) -> np.ndarray:
+def prefill_replicas(cluster: Cluster, pol: Any, decode_replicas: int | None) -> np.ndarray:
     """The replicas that take dispatched requests: all, or all but the decode replicas (disaggregation)."""
     R = cluster.num_replicas
     pool = np.ones(R, dtype=bool)
