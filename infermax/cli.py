@@ -240,8 +240,7 @@ def _simulate_cluster(args: argparse.Namespace) -> int:
         if not (args.json or args.quiet):
             print(f"capacity (FIFO, all requests at t = 0): {cap:.4g} requests/s; arrivals rescaled to "
                   f"load {args.load:g}", file=sys.stderr)
-    reserving = {policy for policy, _ in runs if get_policy(policy).queue == "reservation"
-                 and not get_policy(policy).elastic}
+    reserving = {policy for policy, _ in runs if get_policy(policy).takes_reserved_replicas}
     if args.reserved_replicas is not None and not reserving:
         raise ValueError(f"--reserved-replicas {args.reserved_replicas} sets the reservation policy's long-only "
                          f"replicas, but no run uses it (policies: {', '.join(p for p, _ in runs)})")

@@ -4,13 +4,16 @@ PecSched §6.2 "Scheduling": local queues are FIFO; a request one replica serves
 goes to the eligible replica with the shortest local queue in tokens; a long request
 takes an elastic gang of one node's replicas where it can. The policies
 (:mod:`~infermax.cluster.policies`) differ in the order of the global queue and in
-what a short request may land on:
+what a short request may land on; the dispatcher asks the policy's queue discipline
+(:mod:`~infermax.cluster.disciplines`: walk order, tiers, what a blocked request does):
 
 - ``fifo``: first come, first served; the head blocks the queue;
 - ``reservation``: first come, first served, but long requests only on the reserved
   replicas and short ones only on the others, neither blocking the other;
 - ``priority`` and the PecSched variants: short requests first (by index); a long
   request is dispatched only when every short one was;
+- ``csps``: first come, first served; a long request that finds no gang lets the next
+  one try;
 - PecSched's placement of a short request (Fig. 6 steps 2-5): a replica no gang
   holds; else one colocated with a long decode; else one whose gang's prefill it
   preempts (or, under /CoL, whose long decode it preempts) — only if the request
@@ -34,7 +37,7 @@ from infermax.types import Workload
 from .elastic import choose_elastic
 from .gang import DECODE, PREFILL, WAIT
 from .gang_runner import GangRunner
-from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
+from .loads import FREE, Loads
 from .placement import choose_elastic_gang
 from .policies import ClusterPolicy
 from .replicas import Replicas
@@ -93,7 +96,8 @@ class Dispatcher:
         self.workload, self.cluster, self.pol, self.roles = workload, cluster, pol, roles
         self.replicas, self.loads, self.gangs = replicas, loads, gangs
         n = len(workload)
-        self.queue = GlobalQueue(pol.queue in ("priority", "pecsched"), roles.is_long, roles.on_gang)
+        self.discipline = disc = pol.discipline             # walk order, tiers, what a blocked request does
+        self.queue = GlobalQueue(disc.short_first, roles.is_long, roles.on_gang)
         self.replica_of = np.full(n, -1, dtype=np.int64)   # a gang's request: its first member
         self.dispatch_s = np.full(n, np.nan)
         self.decision_of = np.zeros(n)                     # CPU time of the decision that dispatched each request
@@ -109,15 +113,8 @@ class Dispatcher:
 
     def _tiers(self, eligible: np.ndarray) -> list[list[int]]:
         """Buckets of the load index to try in turn for a request these replicas may serve (Fig. 6 steps 2-5)."""
-        pol = self.pol
         classes = sorted({c for c in self.roles.classes[0][eligible].tolist() if c >= 0})
-        steps = [(FREE,)]                                              # step 2: a replica no long request holds
-        if pol.queue in ("pecsched", "csps"):
-            if pol.colocate:                                           # steps 3-4: colocate with a long decode
-                steps.append((GANG_DECODE,))
-            preemptible = ((GANG_PREFILL, GANG_WAIT) if pol.preempt_prefill else ()) + \
-                (() if pol.colocate else (GANG_DECODE,))               # step 5 (/CoL: a long decode too)
-            steps.append(tuple(sorted(preemptible)))
+        steps = self.discipline.tiers(self.pol)
         return [[Loads.bucket(c, t) for c in classes for t in tiers] for tiers in steps]
 
     def may_take(self, r: int) -> bool:
@@ -134,7 +131,7 @@ class Dispatcher:
         if not len(queue):
             return
         t0 = time.perf_counter() - self.replicas.build_s       # (building a replica is not deciding)
-        if self.pol.queue == "fifo" and len(self.replicas) == 1 and not self.roles.on_gang.any():
+        if self.discipline.at_once and len(self.replicas) == 1 and not self.roles.on_gang.any():
             sent = list(queue)        # one replica: every request goes there on arrival
             for i in sent:
                 self._send(i, 0, now)
@@ -148,10 +145,9 @@ class Dispatcher:
 
     def _choose(self, now: float) -> list[int]:
         """Walk the queue in policy order, sending what finds room; the requests sent, in order."""
-        pol, loads = self.pol, self.loads
+        disc, loads = self.discipline, self.loads
         on_gang, gang_size, is_long = self._on_gang, self._gang_size, self._is_long
         inp, out = self._lens
-        fcfs, short_first = pol.queue == "fifo", pol.queue in ("priority", "pecsched")
         blocked = {False: False, True: False}   # per long/short: a request one replica serves found none
         smallest_refused = None                 # the smallest gang no longer found (fewer replicas stay free)
         sent: list[int] = []
@@ -164,8 +160,8 @@ class Dispatcher:
                     if members is None:
                         smallest_refused = k
                 if members is None:
-                    if fcfs or (short_first and smallest_refused <= self._smallest_gang):
-                        break      # (short first: only long requests are left, and none would find a gang)
+                    if disc.stops_at_gang(smallest_refused, self._smallest_gang):
+                        break
                     continue
                 self.replica_of[i] = members[0]
                 self.dispatch_s[i] = now
@@ -182,9 +178,9 @@ class Dispatcher:
                         r = loads.shortest(self._tiers_long[:1] if long else self._tiers_short[:1])   # (no gang's)
                 if r is None:
                     blocked[long] = True
-                    if pol.queue == "reservation":
-                        continue
-                    break          # FIFO among short requests; under priority no long one overtakes them
+                    if disc.stops_at_replica():
+                        break      # FIFO among short requests; under priority no long one overtakes them
+                    continue
                 self._send(i, r, now)
                 loads.take(r, inp[i] + out[i])
             sent.append(i)

@@ -54,9 +54,8 @@ import numpy as np
 from infermax.types import Limits, Workload
 
 from .gang import Gang
-from .policies import ClusterPolicy
 from .replicas import GANG, MIGRATE
-from .roles import Roles, _check_one_replica_fits, _prefill_pool, local_limits
+from .roles import Roles, check_one_replica_fits, local_limits, prefill_replicas
 from .spec import Cluster
 
 MIN_SHARD_TOKENS = 24_500     # prompt tokens per instance below which ring attention stops paying (medha §2.2)
@@ -75,21 +74,12 @@ def gang_targets(input_lens: np.ndarray, cap: int, min_shard_tokens: int = MIN_S
     return np.clip(want, 1, int(cap))
 
 
-def elastic_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits: "Limits | str | None",
+def elastic_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits | str | None",
                   sp_replicas: int | None, decode_replicas: int | None) -> Roles:
     """Who serves what under LoongServe: gangs for prompts that want two or more instances, one instance
     for the others; every request's peak KV within one (decode) instance's M."""
-    prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
-    eligible_short, eligible_long = prefill_pool.copy(), prefill_pool.copy()
-    if pol.queue == "reservation":            # the first prefill instances of each node in turn serve short ones
-        pool = np.flatnonzero(prefill_pool)
-        if pool.size <= SHORT_RESERVE:
-            raise ValueError(f"{pol.name}: reserving {SHORT_RESERVE} instances for short requests leaves none of the "
-                             f"{pool.size} prefill instances of {cluster.to_spec()} for long ones")
-        nodes = cluster.replica_nodes[pool]
-        by_turn = pool[np.lexsort((pool, nodes, _rank_in_group(nodes)))]
-        eligible_long[by_turn[:SHORT_RESERVE]] = False
-        eligible_short &= ~eligible_long
+    prefill_pool = prefill_replicas(cluster, pol, decode_replicas)
+    eligible_long, eligible_short = pol.discipline.split_elastic(pol, cluster, prefill_pool)
     num_prefill = int(eligible_long.sum())
     if sp_replicas is not None and (isinstance(sp_replicas, bool) or not isinstance(sp_replicas, int)
                                     or not 1 <= sp_replicas <= num_prefill):
@@ -107,11 +97,27 @@ def elastic_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limi
     target = gang_targets(workload.input_lens, cap)
     on_gang = (target >= 2) & (cap >= 2)
     lim = local_limits(cluster, workload, limits, ~on_gang)
-    _check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
+    check_one_replica_fits(workload, cluster, lim, peak, on_gang, "long")
     k_min = np.where(on_gang, -(-target // 2), 0)          # (the KV fits one instance: checked above)
     return Roles(limits=lim, sp_replicas=cap, is_long=on_gang.copy(), on_gang=on_gang, gang_size=k_min,
                  prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short,
                  gang_max=np.where(on_gang, target, 0))
+
+
+def short_reserve(pol: Any, cluster: Cluster, prefill_pool: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``loongserve-reserve``'s role plan (the reservation discipline's, elastic): the first prefill instance of
+    each node in turn, ``SHORT_RESERVE`` of them, serve only requests that need no gang, the rest only gangs;
+    (may serve long requests, may serve short ones) per instance."""
+    eligible_short, eligible_long = prefill_pool.copy(), prefill_pool.copy()
+    pool = np.flatnonzero(prefill_pool)
+    if pool.size <= SHORT_RESERVE:
+        raise ValueError(f"{pol.name}: reserving {SHORT_RESERVE} instances for short requests leaves none of the "
+                         f"{pool.size} prefill instances of {cluster.to_spec()} for long ones")
+    nodes = cluster.replica_nodes[pool]
+    by_turn = pool[np.lexsort((pool, nodes, _rank_in_group(nodes)))]
+    eligible_long[by_turn[:SHORT_RESERVE]] = False
+    eligible_short &= ~eligible_long
+    return eligible_long, eligible_short
 
 
 def _rank_in_group(groups: np.ndarray) -> np.ndarray:
@@ -213,4 +219,4 @@ class ScaleDown:
         self.replicas.touched(d)
 
 
-__all__ = ["MIN_SHARD_TOKENS", "ScaleDown", "choose_elastic", "elastic_roles", "gang_targets"]
+__all__ = ["MIN_SHARD_TOKENS", "ScaleDown", "choose_elastic", "elastic_roles", "gang_targets", "short_reserve"]

@@ -27,7 +27,6 @@ queue lengths the dispatcher compares are kept as replicas change
 """
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,23 +38,19 @@ from infermax.engine import SchedulerStuckError
 from infermax.types import Limits, Workload
 
 from .dispatch import Dispatcher
-from .elastic import ScaleDown, elastic_roles
 from .gang_runner import GangRunner
 from .loads import Loads
 from .migration import Migrations
-from .policies import POLICIES, RING_ATTENTION, ClusterPolicy, get_policy
+from .policies import MEDHA_CHUNK_TOKENS, POLICIES, ClusterPolicy, get_policy
 from .replicas import DISPATCH, GANG, MIGRATE, Replicas
 from .result import ClusterResult, assemble
-from .roles import plan_roles
 from .spec import Cluster
 
 if TYPE_CHECKING:
     from .window import WindowResult
 
-__all__ = ["POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
+__all__ = ["MEDHA_CHUNK_TOKENS", "POLICIES", "ClusterEngine", "ClusterResult", "simulate_cluster"]
 
-MEDHA_CHUNK_TOKENS = 4096      # medha-* policies with the medha scheduler: prefill tokens per batch unless limits
-                               # are given
 MAX_NUM_SEQS = 256             # vLLM's default max_num_seqs: running requests per replica (R_max)
 
 
@@ -90,67 +85,34 @@ class ClusterEngine:
         from infermax.costmodel import get_cost_model
 
         workload = on_relative_clock(workload)     # every time of the run is on it (infermax.clock)
-        pol = get_policy(policy)
-        if ring_attention not in RING_ATTENTION:
-            raise ValueError(f"ring_attention must be one of {', '.join(RING_ATTENTION)}, got {ring_attention!r}")
+        self.pol = pol = get_policy(policy).sharded(ring_attention)   # (its ring as the option shards it)
         if max_num_seqs is not None and (isinstance(max_num_seqs, bool) or not isinstance(max_num_seqs, int)
                                          or max_num_seqs < 1):
             raise ValueError(f"max_num_seqs must be an integer >= 1 or None, got {max_num_seqs!r}")
-        plain_ring = not (pol.fast_sp or pol.csps is not None or pol.elastic or pol.plan)
-        if plain_ring:                             # its gangs run plain ring attention: sharded as asked
-            pol = dataclasses.replace(pol, striped=ring_attention == "striped")
-        self.pol = pol
-        if scheduler is None:                      # the policy's own replica scheduler (medha-*), else vLLM
-            scheduler = pol.local or "vllm"
+        scheduler = pol.scheduler(scheduler)
         self.workload, self.cluster, self.policy = workload, cluster, pol.name
         self.cost = get_cost_model(cost if cost is not None else cluster.cost_model_name())
         if isinstance(colocate_tokens, bool) or not isinstance(colocate_tokens, int) or colocate_tokens < 1:
             raise ValueError(f"colocate_tokens must be an integer >= 1, got {colocate_tokens!r}")
-        if pol.plan or cluster.executes_plan:      # a plan that cannot hold a request says which degree to raise
-            from .plans import check_plan_holds
-            check_plan_holds(workload, cluster)
-        if pol.elastic and reserved_replicas is not None:
-            raise ValueError(f"reserved_replicas = {reserved_replicas!r} sets the reservation policy's long-only "
-                             f"replicas; {pol.name!r} sizes its gangs elastically and reserves none")
-        self.roles = roles = (elastic_roles(workload, cluster, pol, limits, sp_replicas, decode_replicas)
-                              if pol.elastic else
-                              plan_roles(workload, cluster, pol, limits, long_tag, sp_replicas, decode_replicas,
-                                         reserved_replicas))
-        self.limits = roles.limits
-        if self.limits.R_max is None and max_num_seqs is not None:
-            self.limits = self.limits.replace(R_max=max_num_seqs)
+        self.roles = roles = pol.roles(workload, cluster, limits, long_tag, sp_replicas, decode_replicas,
+                                       reserved_replicas)
+        self.plans = pol.plans(workload, cluster, roles, kvp_group_tokens)
+        self.limits = pol.replica_limits(roles.limits, limits, scheduler, max_num_seqs, self.plans)
         self.loads = Loads(*roles.classes, roles.decode_pool)
-        self.plans = None
-        if cluster.executes_plan:                  # spp or kvp > 1: timing executed per stage and group
-            from .plans import Plans, plan_options
-            self.plans = Plans(cluster, workload, plan_options(pol.plan or "3d", kvp_group_tokens), roles, pol)
-            if pol.plan and limits is None and str(scheduler).startswith("medha"):   # 4K chunks at most (§3.3)
-                self.limits = self.limits.replace(P=min(self.limits.P, MEDHA_CHUNK_TOKENS))
-        elif kvp_group_tokens is not None:
-            raise ValueError(f"kvp_group_tokens = {kvp_group_tokens!r} needs a cluster with kvp > 1, got "
-                             f"{cluster.to_spec()}")
         self.replicas = Replicas(workload, self.limits, self.cost, scheduler, ~roles.on_gang, fast_forward,
-                                 roles.decode_pool, self.loads.touch, self.plans,
-                                 np.ones(len(workload), dtype=bool) if pol.scale_down else None)
+                                 roles.decode_pool, self.loads.touch, self.plans, pol.decode_serves(len(workload)))
         gangs = bool(roles.on_gang.any())
         self.replicas.check_local_scheduler(gangs, gangs and pol.colocate)
         self.migrations = Migrations(workload, cluster, self.replicas, self.loads)
         self.gangs = GangRunner(cluster, pol, self.cost, self.replicas, self.loads, colocate_tokens,
                                 self.migrations.handoffs)
-        if pol.scale_down:
-            self.gangs.scale_down = ScaleDown(self)
+        pol.attach(self)
         self.dispatcher = Dispatcher(workload, cluster, pol, roles, self.replicas, self.loads, self.gangs)
-        if roles.on_gang.any():
+        if gangs:
             cluster.cost_model()           # built once, before the run: fast SP prices every gang with it
         self.options = {"sp_replicas": roles.sp_replicas, "colocate_tokens": colocate_tokens,
                         "decode_replicas": int(roles.decode_pool.sum()), "fast_forward": fast_forward,
-                        "max_num_seqs": self.limits.R_max}
-        if plain_ring:
-            self.options["ring_attention"] = ring_attention
-        if self.plans is not None:
-            self.options["kvp_group_tokens"] = self.plans.group_tokens
-        if pol.queue == "reservation" and not pol.elastic and roles.is_long.any():
-            self.options["reserved_replicas"] = int(roles.eligible_long.sum())
+                        "max_num_seqs": self.limits.R_max, **pol.run_options(roles, ring_attention, self.plans)}
         self._next_arrival = math.inf      # the next arrival not yet in the global queue
 
     def queue_tokens(self) -> np.ndarray:

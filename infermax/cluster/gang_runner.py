@@ -25,7 +25,7 @@ import numpy as np
 from infermax.trace import TraceRecorder
 
 from .csps import decode_phases, kv_gather_phases
-from .gang import DECODE, DONE, PREFILL, WAIT, Gang, decode_comm_s, make_gang
+from .gang import DECODE, DONE, PREFILL, WAIT, Gang, decode_comm_s
 from .loads import FREE, GANG_DECODE, GANG_PREFILL, GANG_WAIT, Loads
 from .policies import ClusterPolicy
 from .replicas import GANG, Replicas
@@ -103,8 +103,7 @@ class GangRunner:
     # --- forming and starting ----------------------------------------------------------------------------
     def form(self, i: int, members: tuple[int, ...], input_len: int, output_len: int, now: float) -> None:
         """Long request i gets a gang on ``members``; it starts at once if they have no short work."""
-        g = make_gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len, self.pol.fast_sp,
-                      self.pol.csps, self.pol.striped)
+        g = self.pol.gang(self.cluster, len(self.gangs), int(i), members, input_len, output_len)
         self.gangs.append(g)
         for r in members:
             self.gang_of[r] = g.gid

@@ -18,7 +18,7 @@ import numpy as np
 from infermax.types import Limits, Workload
 
 from .csps import decode_phases, kv_gather_phases
-from .gang import DECODE, PREFILL, decode_comm_s, make_gang
+from .gang import DECODE, PREFILL, decode_comm_s
 from .policies import get_policy
 from .schedule_doc import ClusterScheduleError
 from .spec import Cluster
@@ -118,8 +118,7 @@ def _reference_gang(cluster: Cluster, gid: int, i: int, members: tuple, I: int, 
     ``ring_attention`` option says, else as the policy's own)."""
     pol = get_policy(meta["policy"])
     ring = meta.get("options", {}).get("ring_attention")
-    striped = pol.striped if ring is None else ring == "striped"
-    return make_gang(cluster, gid, i, members, I, O, pol.fast_sp, pol.csps, striped)
+    return pol.gang(cluster, gid, i, members, I, O, None if ring is None else ring == "striped")
 
 
 def _csps_of(meta: dict) -> Any:

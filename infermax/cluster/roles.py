@@ -5,7 +5,7 @@
   request must fit one replica (its KV within M, its prompt within C).
 - Replicas: with disaggregation the last ``decode_replicas`` replicas only decode
   short requests migrated to them (PecSched §6.2: 4/4/1/1 for its four models,
-  else one per node); under the reservation policy the last replicas — the majority,
+  else one per node); under the reservation discipline (:mod:`~.disciplines`) the last replicas — the majority,
   in whole gangs, unless ``reserved_replicas`` says how many — serve long requests
   only (Llumnix-style, §6.2–6.3; :func:`~.placement.reservation_split`).
 - Each replica's local limits: M from the cluster; C and P at least the longest
@@ -14,15 +14,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from infermax.types import Limits, Workload
 
 from .csps import group_gpus
-from .placement import replicas_needed, reservation_split
-from .policies import DECODE_REPLICAS, ClusterPolicy
+from .placement import replicas_needed
 from .spec import Cluster
+
+# PecSched §6.2: replicas dedicated to short-request decode, per model
+DECODE_REPLICAS = {"mistral-7b-v0.3": 4, "phi3-14b": 4, "yi-34b": 1, "llama3.1-70b": 1}
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,10 +66,11 @@ def local_limits(cluster: Cluster, workload: Workload, limits: "Limits | str | N
     return base.replace(M=M)
 
 
-def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits: "Limits | str | None",
+def plan_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits | str | None",
                long_tag: str, sp_replicas: int | None, decode_replicas: int | None,
                reserved_replicas: int | None = None) -> Roles:
-    """The run's :class:`Roles`; a ``ValueError`` naming the option, request or limit that makes it impossible."""
+    """The run's :class:`Roles` under ``pol`` (a :class:`~.policies.ClusterPolicy`: its discipline splits the
+    replicas); a ``ValueError`` naming the option, request or limit that makes it impossible."""
     R = cluster.num_replicas
     is_long = np.array([r.tag == long_tag for r in workload.requests], dtype=bool)
     peak = workload.input_lens + workload.output_lens - 1
@@ -90,16 +94,10 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits:
     # replica is all they may have: then they run there like any other request
     on_gang = is_long & (sp > 1)
     lim = local_limits(cluster, workload, limits, ~on_gang)
-    _check_one_replica_fits(workload, cluster, lim, peak, on_gang, long_tag)
-    prefill_pool = _prefill_pool(cluster, pol, decode_replicas)
-    eligible_long, eligible_short = prefill_pool.copy(), prefill_pool.copy()
-    if pol.queue == "reservation" and is_long.any():
-        eligible_long, eligible_short = reservation_split(cluster, int(peak[is_long].max()),
-                                                          sp if on_gang.any() else 1, reserved_replicas)
-    elif reserved_replicas is not None:
-        why = "no request is tagged " + repr(long_tag) if pol.queue == "reservation" else f"policy {pol.name!r}"
-        raise ValueError(f"reserved_replicas = {reserved_replicas!r} sets the reservation policy's long-only "
-                         f"replicas, but {why} reserves none")
+    check_one_replica_fits(workload, cluster, lim, peak, on_gang, long_tag)
+    prefill_pool = prefill_replicas(cluster, pol, decode_replicas)
+    eligible_long, eligible_short = pol.discipline.split(pol, cluster, prefill_pool, is_long, peak,
+                                                         sp if on_gang.any() else 1, reserved_replicas, long_tag)
     if on_gang.any() and int(gang_size[is_long].max()) > int(eligible_long.sum()):
         raise ValueError(f"a long request needs a gang of {int(gang_size[is_long].max())} replicas "
                          f"but only {int(eligible_long.sum())} may serve long requests under policy "
@@ -108,7 +106,7 @@ def plan_roles(workload: Workload, cluster: Cluster, pol: ClusterPolicy, limits:
                  prefill_pool=prefill_pool, eligible_long=eligible_long, eligible_short=eligible_short)
 
 
-def _check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, peak: np.ndarray,
+def check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, peak: np.ndarray,
                             on_gang: np.ndarray, long_tag: str) -> None:
     """Every request that runs on one replica fits it: its peak KV within M, its prompt within C."""
     too_big = np.flatnonzero((peak > lim.M) & ~on_gang)
@@ -125,7 +123,7 @@ def _check_one_replica_fits(workload: Workload, cluster: Cluster, lim: Limits, p
                          f"{lim.C}: a replica could never prefill it in one batch")
 
 
-def _prefill_pool(cluster: Cluster, pol: ClusterPolicy, decode_replicas: int | None) -> np.ndarray:
+def prefill_replicas(cluster: Cluster, pol: Any, decode_replicas: int | None) -> np.ndarray:
     """The replicas that take dispatched requests: all, or all but the decode replicas (disaggregation)."""
     R = cluster.num_replicas
     pool = np.ones(R, dtype=bool)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from infermax import Workload
-from infermax.cluster import Cluster, ClusterSchedule, simulate_cluster
+from infermax.cluster import Cluster, ClusterSchedule, get_policy, simulate_cluster
 from infermax.cluster.judge import ClusterScheduleError, replay_cluster
 
 CLUSTER = Cluster.from_spec("a100:nodes=2,gpus_per_node=4,model=mistral-7b-v0.3")
@@ -21,8 +21,7 @@ POLICIES = ("fifo", "reservation", "priority", "pecsched", "pecsched-pe", "pecsc
 
 
 def _options(policy: str) -> dict:
-    disaggregates = policy.startswith("pecsched") and policy != "pecsched-dis"
-    return {"sp_replicas": 2, **({"decode_replicas": 2} if disaggregates else {})}
+    return {"sp_replicas": 2, **({"decode_replicas": 2} if get_policy(policy).disaggregate else {})}
 
 
 @pytest.fixture(scope="module")
