@@ -218,6 +218,7 @@ def test_bounds_price_the_per_request_term():
         assert b.value <= simulate(w, name, lim, cost).metrics["latency_s"]   # ... and the bound stays valid
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @pytest.mark.solver
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(inst=small_instances(max_requests=3, max_len=6, online=False))

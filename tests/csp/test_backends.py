@@ -10,9 +10,12 @@ from infermax.csp.backends import ModelTooLarge, available_backends, backend_nam
 pytestmark = pytest.mark.solver
 
 INSTANCES = [
-    ("two requests, forced eviction", Workload.from_lengths([2, 2], [3, 3]), Limits(M=5, C=64)),
-    ("heterogeneous", Workload.from_lengths([3, 1], [2, 3]), Limits(M=5, C=64)),
-    ("single request, chunking by P", Workload.from_lengths([5], [2]), Limits(M=8, C=64, P=3)),
+    pytest.param("two requests, forced eviction", Workload.from_lengths([2, 2], [3, 3]), Limits(M=5, C=64),
+                 id="two requests, forced eviction"),
+    pytest.param("heterogeneous", Workload.from_lengths([3, 1], [2, 3]), Limits(M=5, C=64), id="heterogeneous",
+                 marks=pytest.mark.slow),      # heavy: the default run stays under its CPU budget
+    pytest.param("single request, chunking by P", Workload.from_lengths([5], [2]), Limits(M=8, C=64, P=3),
+                 id="single request, chunking by P", marks=pytest.mark.slow),
 ]
 
 
@@ -24,7 +27,7 @@ def test_backend_registry_names_every_backend():
         assert be.PIP.startswith("pip install") and callable(be.is_available) and callable(be.solve)
 
 
-@pytest.mark.parametrize("label,workload,limits", INSTANCES, ids=[i[0] for i in INSTANCES])
+@pytest.mark.parametrize("label,workload,limits", INSTANCES)
 def test_available_backends_agree(cost, label, workload, limits):
     results, too_large = {}, set()
     for name in available_backends():

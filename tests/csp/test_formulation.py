@@ -83,6 +83,7 @@ def test_a_schedule_outside_the_policy_is_rejected(cost):
     assert any(b.startswith("bound e[") for b in bad)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=6, online=False))
 def test_aggregated_model_prices_merged_schedules_exactly(cost, inst):

@@ -43,6 +43,7 @@ def test_search_equals_the_milp_optimum_without_chunking(cost, lengths, limits):
     assert found.value_s == pytest.approx(milp.objective, rel=2e-7)
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_instances(max_requests=4, max_len=5, online=False))
 def test_search_bound_is_below_every_heuristic_and_eviction_free_is_no_better(cost, inst):

@@ -19,6 +19,7 @@ def tiny_profile(tmp_path_factory):
                          grid=ProfileGrid.tiny())
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 def test_validate_json_has_the_promised_keys(capsys, tiny_profile, tmp_path):
     code = main(["validate", "--scheduler", "vllm,sarathi", "--workload", TINY_WORKLOAD, "--limits", "M=64,C=64",
                  "--profile", str(tiny_profile), "--repeats", "2", "--out", str(tmp_path), "--json"])

@@ -92,6 +92,7 @@ def test_decode_equals_prefill_of_one_token(make_paged_batch, device):
 
 
 @needs_triton
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=8, deadline=None)
 @given(
     seq_lens=st.lists(st.integers(1, 80), min_size=1, max_size=3),

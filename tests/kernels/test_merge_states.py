@@ -111,6 +111,7 @@ def _split_problem(draw):
     )
 
 
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=6, deadline=None)
 @given(problem=_split_problem())
 def test_split_kv_at_random_points_then_merge_equals_unsplit(problem, device):

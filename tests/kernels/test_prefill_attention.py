@@ -86,6 +86,7 @@ def test_chunked_prefill_equals_one_shot(page_size, make_paged_batch, device):
 
 
 @needs_triton
+@pytest.mark.slow  # heavy: the default run stays under its CPU budget
 @settings(max_examples=8, deadline=None)
 @given(
     specs=st.lists(st.tuples(st.integers(0, 40), st.integers(1, 24)), min_size=1, max_size=2),
