@@ -21,8 +21,8 @@ from typing import Any, Callable
 from infermax.bounds import METHODS_OF
 from infermax.bounds.objectives import members
 from infermax.costmodel import CostModel
-from infermax.engine import resolve_inputs
 from infermax.heuristics import heuristic_schedules
+from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload

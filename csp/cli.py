@@ -105,7 +105,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     Its branches are the command's output options (--out, --json, --better-than, Ctrl-C), read top to bottom.
     """
     from infermax.cli import dumps_json
-    from infermax.engine import resolve_inputs
+    from infermax.inputs import resolve_inputs
     from infermax.rundir import out_dir, write_run
     from infermax.types import Schedule
 

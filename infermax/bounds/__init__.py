@@ -60,7 +60,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from infermax.engine import resolve_inputs
+from infermax.inputs import resolve_inputs
 
 from .chains import chain_bound
 from .costs import coefficients_of

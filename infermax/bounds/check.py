@@ -27,7 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from infermax.engine import resolve_inputs, simulate
+from infermax.engine import simulate
+from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.schedulers import get_scheduler

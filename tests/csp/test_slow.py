@@ -9,7 +9,7 @@ import pytest
 from conftest import heuristic_schedules, section45
 
 from infermax.csp import Policy, solve_optimal
-from infermax.engine import resolve_inputs
+from infermax.inputs import resolve_inputs
 
 pytestmark = [pytest.mark.slow, pytest.mark.solver]
 

@@ -10,7 +10,7 @@ from infermax import Limits, Workload, metrics, replay
 from infermax.csp import OptimalResult, Policy, solve_optimal
 from infermax.csp import backends as csp_backends
 from infermax.csp.milp.objectives import METRIC_OF
-from infermax.engine import resolve_inputs
+from infermax.inputs import resolve_inputs
 
 pytestmark = pytest.mark.solver
 
