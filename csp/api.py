@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from infermax.bounds import METHODS_OF
+from infermax.bounds.combine import METHODS_OF, combine
 from infermax.bounds.objectives import members
 from infermax.costmodel import CostModel
 from infermax.heuristics import heuristic_schedules
@@ -29,6 +29,7 @@ from infermax.types import Limits, Schedule, Workload
 
 from . import backends
 from .backends import SolveStatus
+from .bound_methods import search_bound
 from .budget import (
     BUILD_SHARE,
     INCUMBENT_SHARE_WITH_TABLE,
@@ -369,15 +370,14 @@ def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
 
 def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective: str, ws: WarmStart | None,
                  budget: Budget):
-    """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had)."""
-    from infermax.bounds import lower_bound
-
+    """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had): every
+    method but ``milp``, the class-state search handed in by csp (:mod:`.bound_methods`)."""
     if budget.share(LOWER_BOUND_SHARE) is None:
         return None
     try:
-        return lower_bound(workload, limits, cost, objective=objective,
-                           methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
-                           upper=ws.latency_s if ws is not None else None)
+        return combine(workload, limits, cost, objective=objective,
+                       methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
+                       upper=ws.latency_s if ws is not None else None, solver_methods={"search": search_bound})
     except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
         log.info("no horizon-free bound: %s", exc)
         return None
