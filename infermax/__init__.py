@@ -34,7 +34,7 @@ _LAZY = {"SchedulerStuckError": "infermax.engine", "SimResult": "infermax.engine
          "Policy": "infermax.policy", "replay": "infermax.replay", "register_scheduler": "infermax.schedulers",
          "schedulers": "infermax.schedulers", "starvation": "infermax.starvation", "ScheduleError": "infermax.state",
          "sweep": "infermax.sweep", "Trace": "infermax.trace",
-         "solve_optimal": "infermax.csp", "OptimalResult": "infermax.csp",
+         "solve_optimal": "infermax.optimal", "OptimalResult": "infermax.csp",
          "lower_bound": "infermax.bounds", "Bound": "infermax.bounds", "check_scheduler": "infermax.bounds"}
 #: names that are the module itself
 _MODULES = ("schedulers",)

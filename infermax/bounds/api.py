@@ -35,7 +35,7 @@ def lower_bound(workload: Any, limits: Any = None, cost: Any = None, objective: 
 
 def milp_bound(workload, limits, cost, objective: str, time_limit_s: float) -> tuple[float | None, dict]:
     """The certified bound of the exact MILP (``solve_optimal``, its default warm start and method)."""
-    from infermax.csp import solve_optimal
+    from infermax.optimal import solve_optimal
 
     try:
         res = solve_optimal(workload, limits=limits, cost=cost, objective=objective, time_limit_s=time_limit_s)

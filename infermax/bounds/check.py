@@ -169,7 +169,7 @@ def reference_bound(workload: Any, limits: Any = None, cost: Any = None, *, obje
     elif len(workload) > optimum_max_requests:
         note = f"too large: {len(workload)} requests > {optimum_max_requests} (the exact solve runs on small instances)"
     else:
-        from infermax.csp import solve_optimal
+        from infermax.optimal import solve_optimal
 
         if progress is not None:
             progress("milp")
