@@ -16,6 +16,13 @@ those of ``../shared/tools/walls.py`` (the before-stop hook), one a little stric
 every cycle that passes through a package ``__init__`` together with its children, which hid
 trajectorylp <-> configlp (``from . import configlp`` also names the package); here only the
 package's own edges into its children are dropped.
+
+Then the same walls transitively (``TRANSITIVE_WALLS``, docs/design.md's layer table): on the closure of
+the graph of what importing each module runs — every import, function-level and relative ones included,
+the ``__init__`` of each package above it, and the module behind a name a package exports lazily
+(``_LAZY``) or re-exports — so that "csp reaches the schedulers" fails though no csp file names them;
+and, in a fresh interpreter, which modules ``import infermax``, ``import infermax.costmodel`` and
+``import infermax.csp`` really load.
 """
 from __future__ import annotations
 
@@ -321,27 +328,18 @@ def transitive_violations(graph: nx.DiGraph) -> list[str]:
     return [v for wall in TRANSITIVE_WALLS for v in wall_violations(graph, wall)] + cycles(graph)
 
 
-#: walls the package does not keep yet (each fix removes its entry: strict, so a kept wall must leave the list)
-NOT_YET: set[str] = set()
-
-
-def _marks(name: str):
-    return [pytest.mark.xfail(strict=True, reason="issue 38 item 1: not fixed yet")] if name in NOT_YET else []
-
-
 @pytest.fixture(scope="module")
 def graph() -> nx.DiGraph:
     return import_graph(ROOT)
 
 
-@pytest.mark.parametrize("wall", [pytest.param(w, marks=_marks(w)) for w in TRANSITIVE_WALLS])
+@pytest.mark.parametrize("wall", list(TRANSITIVE_WALLS))
 def test_the_package_keeps_its_walls_transitively(graph, wall):
     broken = wall_violations(graph, wall)
     assert not broken, f"{len(broken)} modules break the wall (docs/design.md, Boundaries):\n" + "\n".join(broken)
 
 
-@pytest.mark.parametrize("name", [pytest.param("cycles", marks=_marks("cycles"))])
-def test_no_import_cycles_following_every_import(graph, name):
+def test_no_import_cycles_following_every_import(graph):
     found = cycles(graph)
     assert not found, "\n".join(found)
 
@@ -353,16 +351,13 @@ def loaded_by(statement: str) -> list[str]:
     return out.stdout.split()
 
 
-@pytest.mark.parametrize("name, statement, banned", [
-    pytest.param("import-costmodel", "import infermax.costmodel", ("infermax.schedulers", "infermax.engine",
-                 "infermax.csp", "infermax.bounds"), marks=_marks("import-costmodel")),
-    pytest.param("import-csp", "import infermax.csp", ("infermax.schedulers", "infermax.engine",
-                 "infermax.heuristics"), marks=_marks("import-csp")),
-    pytest.param("import-infermax", "import infermax", ("infermax.schedulers", "infermax.engine", "infermax.csp",
-                 "infermax.bounds", "infermax.cluster", "infermax.sweep", "infermax.execute"),
-                 marks=_marks("import-infermax")),
+@pytest.mark.parametrize("statement, banned", [
+    ("import infermax.costmodel", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds")),
+    ("import infermax.csp", ("infermax.schedulers", "infermax.engine", "infermax.heuristics", "infermax.optimal")),
+    ("import infermax", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds",
+                         "infermax.cluster", "infermax.sweep", "infermax.execute")),
 ])
-def test_light_imports_stay_light(name, statement, banned):
+def test_light_imports_stay_light(statement, banned):
     """What really loads (dynamic imports included: the scheduler registry, the lazy names)."""
     loaded = loaded_by(statement)
     heavy = [m for m in loaded if _in(m, *banned)]
