@@ -47,3 +47,14 @@ def test_a_name_and_the_schedule_it_names_solve_alike():
     assert (by_name.status, by_name.objective) == (given.status, given.objective)
     assert by_name.info["solution_from"] == given.info["solution_from"]
     assert [b.to_dict() for b in by_name.schedule] == [b.to_dict() for b in given.schedule]
+
+
+def test_the_combining_layer_runs_the_solving_methods_only_when_handed_them():
+    from infermax.bounds import lower_bound
+    from infermax.bounds.combine import combine
+
+    with pytest.raises(ValueError, match=r"bound method\(s\) \['search'\] solve and need their runner"):
+        combine(W, LIMITS, objective="latency", methods=("work", "search"))
+    alone = combine(W, LIMITS, objective="latency", methods=("work", "lp"))
+    public = lower_bound(W, LIMITS, objective="latency", methods=("work", "lp"))
+    assert (alone.value, alone.method, alone.values) == (public.value, public.method, public.values)

@@ -1,9 +1,10 @@
 """Combining the bound methods: each applicable one runs, the best certified value is the bound.
 
 The closed-form and LP methods run here; the two that solve (``milp``, the exact MILP, and ``search``, the
-class-state A*) live in :mod:`infermax.csp`, above this module, and are handed in as ``solver_methods``:
-:func:`infermax.bounds.lower_bound` hands both (:mod:`.api`), ``infermax.csp`` its search for the
-horizon-free bound of a solve. So this module, and every relaxation, stays below csp (docs/design.md).
+class-state A*) run :mod:`infermax.csp`, which sits above this module, so they are handed in as
+``solver_methods``: :func:`infermax.bounds.lower_bound` hands both (:mod:`.api`), csp its search
+(:mod:`infermax.csp.bound_methods`) for the horizon-free bound of a solve. So this module, and every
+relaxation, stays below csp (docs/design.md).
 """
 from __future__ import annotations
 
@@ -101,7 +102,7 @@ def combine(workload: Any, limits: Any = None, cost: Any = None, objective: str 
     solvers = dict(solver_methods or {})
     unrun = [m for m in methods if m in SOLVER_METHODS and m not in solvers]
     if unrun:
-        raise ValueError(f"bound method(s) {unrun} solve: they come from infermax.csp, handed in as solver_methods "
+        raise ValueError(f"bound method(s) {unrun} solve and need their runner in solver_methods "
                          f"(infermax.bounds.lower_bound hands them)")
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     workload.check_fits(limits)
