@@ -34,8 +34,9 @@ import sys
 import time
 from typing import Any
 
-from infermax.csp import Policy, Strengthening, solve_optimal
+from infermax.csp import Policy, Strengthening
 from infermax.csp.backends import ModelTooLarge, available_backends
+from infermax.optimal import solve_optimal
 
 
 def section45(I: int) -> tuple[str, str]:

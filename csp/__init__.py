@@ -2,7 +2,10 @@
 
 ``solve_optimal(workload, limits, cost, objective, backend, time_limit_s)`` is the conductor
 (:mod:`.api`): it runs stages, each handed its time by one :class:`~.budget.Budget` and each
-returning a typed result that a :class:`~.progress.Tracker` combines. Two packages do the work:
+returning a typed result that a :class:`~.progress.Tracker` combines. It takes Schedules (a warm
+start), values (better-than) and a :class:`Policy`, and names no scheduler: ``infermax.solve_optimal``
+(:mod:`infermax.optimal`, the layer above csp and the schedulers) reads "best", "vllm" and "like=vllm"
+into those. Two packages do the work:
 
 - :mod:`.milp` — the solver-neutral per-request model of the paper and the aggregated class-flow
   model (model, formulation, objectives, strengthening, flows, linearisation, read-back);
@@ -16,6 +19,7 @@ The conductor's own modules, in the order a call uses them:
 - :mod:`.backends` — one module per solver (CP-SAT by default); the only place solvers are imported;
 - :mod:`.result` — :class:`OptimalResult`: extract, replay, compare, bound, gap;
 - :mod:`.progress` — the best schedule and bound so far, and who is told;
+- :mod:`.bound_methods` — the class-state search as a bound method of :mod:`infermax.bounds`;
 - :mod:`.cli` — ``infermax solve``.
 """
 from .api import OptimalResult, solve_optimal

@@ -18,17 +18,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from infermax.bounds import METHODS_OF
+from infermax.bounds.combine import METHODS_OF, combine
 from infermax.bounds.objectives import members
 from infermax.costmodel import CostModel
-from infermax.engine import resolve_inputs
-from infermax.heuristics import heuristic_schedules
+from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
 from . import backends
 from .backends import SolveStatus
+from .bound_methods import search_bound
 from .budget import (
     BUILD_SHARE,
     INCUMBENT_SHARE_WITH_TABLE,
@@ -55,7 +55,7 @@ from .milp.build import Strengthening, backend_kwargs, build, check_size
 from .milp.extract import to_schedule
 from .milp.formulation import check_instance
 from .milp.linearize import to_milp
-from .milp.objectives import is_monotone, split_objective, trace_objective
+from .milp.objectives import is_monotone, split_objective
 from .milp.policy import Policy
 from .milp.strengthening import batch_count_lower_bound
 from .milp.trajectory import merge_chunks
@@ -66,6 +66,11 @@ from .search import batchcount, batchtable, classstate, trajectorylp
 from .warmstart import WarmStart, assign, canonical_labels, find_warm_start, horizon_for_events, horizon_for_latency
 
 log = logging.getLogger(__name__)
+
+#: a warm start: a Schedule, (name, Schedule) pairs, or ``(workload, limits, cost, deadline) -> pairs``
+WarmStartSource = "Schedule | Sequence[tuple[str, Schedule]] | Callable[..., Sequence[tuple[str, Schedule]]] | None"
+#: a better-than reference: ``(workload, limits, cost, objective) -> value``
+Reference = Callable[[Workload, Limits, CostModel, str], float]
 
 
 def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: CostModel, target_s: float | None,
@@ -122,8 +127,8 @@ def _check_options(rel_gap, threads, horizon, by, max_horizon) -> None:
 def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = None,
                   cost: "CostModel | str | None" = None, objective: str = "latency", backend: str = "cpsat",
                   time_limit_s: float = 60.0, *, policy: "Policy | str | None" = None,
-                  warm_start: "str | Schedule | None" = "best", horizon: int | None = None,
-                  better_than: "float | str | None" = None, by: float = 0.10, threads: int | None = None,
+                  warm_start: "WarmStartSource" = None, horizon: int | None = None,
+                  better_than: "float | Reference | None" = None, by: float = 0.10, threads: int | None = None,
                   rel_gap: float = 1e-4, strengthening: Strengthening | None = None, method: str = "auto",
                   log_solver: bool = False, solver_params: dict | None = None,
                   max_horizon: int | None = None,
@@ -133,12 +138,13 @@ def solve_optimal(workload: "Workload | str", limits: "Limits | str | None" = No
 
     objective: one of ``OBJECTIVES``, or ``completion``/``ttft``/``tpot`` over the requests of one
     tag, ``"ttft:short"`` (the others must still be served). backend: see :mod:`infermax.csp.backends`.
-    policy: restrict to a scheduler class (``Policy`` or a spec such as
-    ``"no-eviction"``, ``"like=vllm"``). warm_start: "best" (every registered
-    scheduler), a scheduler name, a Schedule, or None (the horizon then comes
-    from a sequential schedule). better_than: a value, or a scheduler name whose
-    replayed value is used; the model then asks for a schedule at least ``by``
-    (fraction) better. method: "per-request" (the §3.3 model), "aggregate" (class
+    policy: restrict to a class of schedules (``Policy`` or a spec of its class, ``"no-eviction,P=512"``).
+    warm_start: a Schedule, (name, Schedule) pairs, a callable ``(workload, limits, cost, deadline)`` that
+    returns such pairs (tried until ``deadline``, ``time.perf_counter()``), or None (the horizon then comes
+    from a sequential schedule). better_than: a value, or a callable ``(workload, limits, cost, objective)``
+    giving one; the model then asks for a schedule at least ``by`` (fraction) better. csp names no
+    scheduler: :func:`infermax.solve_optimal` (:mod:`infermax.optimal`) reads "best", "vllm" and
+    "like=vllm" into these. method: "per-request" (the §3.3 model), "aggregate" (class
     flows, :mod:`.aggregate`), "search" (exact A* over class states,
     :mod:`.search`) or "auto": for offline latency, the search first; if it does not
     finish, the aggregate model where it is exact or bounds the problem
@@ -347,16 +353,24 @@ def _has_class(workload: Workload) -> bool:
     return len(aggregate.num_identical_classes(workload)) < len(workload)
 
 
-def _warm_start_schedules(source: "str | Schedule | None", workload: Workload, limits: Limits, cost: CostModel,
+def _warm_start_schedules(source: "WarmStartSource", workload: Workload, limits: Limits, cost: CostModel,
                           deadline: float) -> list[tuple[str, Schedule]]:
-    """The (name, schedule) pairs a ``warm_start`` option names: a Schedule as given, None none, "best"
-    or a scheduler name the heuristics' simulated schedules (:func:`infermax.heuristics.heuristic_schedules`:
-    csp runs no scheduler itself), tried until ``deadline`` (``time.perf_counter()``)."""
+    """The (name, schedule) pairs of a ``warm_start`` option: a Schedule as given ("given"), None none, the
+    pairs as given, or what a callable returns by ``deadline`` (``time.perf_counter()``; csp runs no scheduler
+    itself: :func:`infermax.optimal.warm_start_source` makes the callable that simulates the ones a name
+    gives)."""
     if isinstance(source, Schedule):
         return [("given", source)]
     if source is None:
         return []
-    return heuristic_schedules(workload, limits, cost, source, deadline)
+    if isinstance(source, str):
+        raise ValueError(f"warm_start {source!r} names a scheduler; infermax.csp takes Schedules "
+                         f"(infermax.solve_optimal runs the schedulers a name gives)")
+    pairs = list(source(workload, limits, cost, deadline)) if callable(source) else list(source)
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2 and isinstance(pair[1], Schedule)):
+            raise ValueError(f"warm_start must give (name, Schedule) pairs, got {pair!r}")
+    return pairs
 
 
 def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
@@ -369,15 +383,14 @@ def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
 
 def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective: str, ws: WarmStart | None,
                  budget: Budget):
-    """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had)."""
-    from infermax.bounds import lower_bound
-
+    """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had): every
+    method but ``milp``, the class-state search handed in by csp (:mod:`.bound_methods`)."""
     if budget.share(LOWER_BOUND_SHARE) is None:
         return None
     try:
-        return lower_bound(workload, limits, cost, objective=objective,
-                           methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
-                           upper=ws.latency_s if ws is not None else None)
+        return combine(workload, limits, cost, objective=objective,
+                       methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
+                       upper=ws.latency_s if ws is not None else None, solver_methods={"search": search_bound})
     except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
         log.info("no horizon-free bound: %s", exc)
         return None
@@ -546,12 +559,9 @@ def _target(better_than, by: float, objective: str, workload: Workload, limits: 
     if not 0 <= by < 1:
         raise ValueError(f"by must be a fraction in [0, 1), got {by!r}")
     if isinstance(better_than, str):
-        from infermax.engine import simulate
-
-        sim = simulate(workload, better_than, limits, cost)
-        ref = trace_objective(sim.trace, sim.metrics, objective)
-    else:
-        ref = float(better_than)
+        raise ValueError(f"better_than {better_than!r} names a scheduler; infermax.csp takes a value "
+                         f"(infermax.solve_optimal simulates the scheduler a name gives)")
+    ref = better_than(workload, limits, cost, objective) if callable(better_than) else float(better_than)
     if objective == "throughput":
         tokens = float(workload.output_lens.sum())
         return tokens / (ref * (1 + by))

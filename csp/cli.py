@@ -58,7 +58,9 @@ def add_subcommands(subparsers) -> None:
 
 
 def _policy(args: argparse.Namespace) -> Policy:
-    base = Policy.from_spec(args.policy)
+    from infermax.optimal import policy_from_spec
+
+    base = policy_from_spec(args.policy)
     changes: dict[str, Any] = base.to_dict()
     if args.no_eviction:
         changes["allow_eviction"] = False
@@ -105,11 +107,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
     Its branches are the command's output options (--out, --json, --better-than, Ctrl-C), read top to bottom.
     """
     from infermax.cli import dumps_json
-    from infermax.engine import resolve_inputs
+    from infermax.inputs import resolve_inputs
+    from infermax.optimal import solve_optimal
     from infermax.rundir import out_dir, write_run
     from infermax.types import Schedule
-
-    from .api import solve_optimal
 
     workload, limits, cost = resolve_inputs(args.workload, args.limits, args.cost)
     if args.out:

@@ -120,7 +120,7 @@ class _Progress:
 # --- simulate, schedulers ---------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace) -> int:
     from . import simulate
-    from .engine import resolve_inputs
+    from .inputs import resolve_inputs
     from .multirun import exit_status, left_out, run_each
     from .schedulers import get_scheduler, split_specs
     from .types import Workload

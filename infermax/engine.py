@@ -12,8 +12,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .clock import on_relative_clock
-from .costmodel import CostModel, get_cost_model
+from .costmodel import CostModel
+from .inputs import resolve_inputs
 from .metrics import metrics as compute_metrics
 from .schedule import ScheduleWriter
 from .state import DONE, WAITING, ServingState
@@ -49,22 +49,6 @@ class SimResult:
     @property
     def requests_df(self):
         return self.trace.request_frame()
-
-
-def resolve_inputs(workload: "Workload | str", limits: "Limits | str | None",
-                   cost: "CostModel | str | None") -> tuple[Workload, Limits, CostModel]:
-    """Accept objects or spec strings for the three inputs every entry point takes; the workload comes back
-    on its relative clock (:mod:`infermax.clock`: its first arrival at 0, docs/design.md invariant 7)."""
-    if isinstance(workload, str):
-        workload = Workload.from_spec(workload)
-    if not isinstance(workload, Workload):
-        raise ValueError(f"workload must be a Workload or a spec string, got {workload!r}")
-    workload = on_relative_clock(workload)
-    if limits is None or isinstance(limits, str):
-        limits = Limits.from_spec(limits)
-    if not isinstance(limits, Limits):
-        raise ValueError(f"limits must be a Limits or a spec string, got {limits!r}")
-    return workload, limits, get_cost_model(cost)
 
 
 class _BatchList:

@@ -3,9 +3,9 @@
 The MILP never runs a scheduler (docs/design.md: a warm start arrives as a Schedule, and
 ``infermax.csp`` does not import ``infermax.schedulers``). Running them is the
 simulator's job, done here: :func:`heuristic_schedules` simulates the heuristics a
-warm-start source names and hands back their Schedules, which
+warm-start source names and hands back their Schedules (:mod:`infermax.optimal` reads the name), which
 :func:`infermax.csp.warmstart.find_warm_start` then judges. (The optimum's policy class
-of a scheduler comes from :meth:`infermax.policy.Policy.of_scheduler`.)
+of a scheduler comes from :func:`infermax.optimal.policy_of`.)
 """
 from __future__ import annotations
 

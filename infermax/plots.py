@@ -208,7 +208,7 @@ def gantt_states(schedule, workload, limits=None, cost=None) -> np.ndarray:
     in *refill* while it recomputes KV after an eviction, *evicted* in the batch
     before which it lost its KV, and *holding KV* when it keeps KV but sits out.
     """
-    from .engine import resolve_inputs
+    from .inputs import resolve_inputs
     from .state import RUNNING, ServingState
 
     workload, limits, cost = resolve_inputs(workload, limits, cost)
@@ -228,7 +228,7 @@ def gantt_states(schedule, workload, limits=None, cost=None) -> np.ndarray:
 
 def gantt(schedule, workload, limits=None, cost=None, ax=None, title: str | None = None):
     """Requests (rows) x batches (columns) of a small schedule, coloured by state (see gantt_states)."""
-    from .engine import resolve_inputs
+    from .inputs import resolve_inputs
 
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     codes = gantt_states(schedule, workload, limits, cost)

@@ -126,13 +126,6 @@ class Policy:
                 "chunked_prefill": self.chunked_prefill, "P": self.P, "R_max": self.R_max}
 
     @classmethod
-    def of_scheduler(cls, name: str) -> "Policy":
-        """The class a registered scheduler belongs to (from its ``describe()``)."""
-        from .schedulers.registry import get_scheduler
-
-        return cls.from_description(get_scheduler(name).describe(), name)
-
-    @classmethod
     def from_description(cls, d: Mapping[str, Any], name: str = "") -> "Policy":
         """The class of a scheduler that describes itself as ``d`` (``Scheduler.describe()``: its
         ``hybrid``, ``chunked``, ``eviction_free`` and optional ``P``, ``R_max``)."""
@@ -145,7 +138,9 @@ class Policy:
 
     @classmethod
     def from_spec(cls, spec: str | None) -> "Policy":
-        """Parse a class: ``"no-eviction,no-hybrid,no-chunked,P=512,R_max=4"`` or ``"like=vllm"``."""
+        """Parse a class: ``"no-eviction,no-hybrid,no-chunked,P=512,R_max=4"``. A scheduler's class,
+        ``"like=vllm"``, is read a layer above (:func:`infermax.optimal.policy_from_spec`): this module is
+        below the schedulers."""
         if spec is None or not spec.strip():
             return cls()
         values: dict[str, Any] = {}
@@ -153,7 +148,8 @@ class Policy:
             key, _, raw = part.partition("=")
             key = key.strip().lower().replace("_", "-")
             if key == "like":
-                return cls.of_scheduler(raw.strip())
+                raise ValueError(f"policy item {part!r} names a scheduler; read it with "
+                                 f"infermax.optimal.policy_from_spec (infermax.solve_optimal does)")
             flags = {"no-eviction": "allow_eviction", "eviction-free": "allow_eviction",
                      "no-hybrid": "hybrid", "no-chunked": "chunked_prefill", "no-chunked-prefill": "chunked_prefill"}
             if key in flags and not raw:

@@ -8,7 +8,7 @@ request and the rule, and recomputes every batch time with the cost model.
 from __future__ import annotations
 
 from .costmodel import CostModel
-from .engine import resolve_inputs
+from .inputs import resolve_inputs
 from .state import ScheduleError, ServingState
 from .trace import Trace, TraceRecorder
 from .types import Limits, Schedule, Workload

@@ -146,7 +146,7 @@ class SweepConfig:
         """The solver blocks and the cost models, checked before any cell runs (a bad value would otherwise
         fail every cell it is in, one error row each): ValueError naming the key and the value."""
         from .costmodel import get_cost_model
-        from .csp.options import check_solve_options
+        from .optimal import check_solve_options
 
         for i, block in enumerate(self.solver):
             check_solve_options(block, where="sweep config: solver" + (f"[{i}]" if len(self.solver) > 1 else ""))

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from infermax.bounds.costs import coefficients_of
+from infermax.bounds.requests import cost_lines
 from infermax.state import RUNNING, ServingState
 
 from .base import Plan, Scheduler
@@ -60,9 +62,6 @@ class Works:
     """
 
     def __init__(self, state: ServingState) -> None:
-        from infermax.bounds.costs import coefficients_of  # here: infermax.bounds imports the registry
-        from infermax.bounds.requests import _lines
-
         lim = state.limits
         self.cp = float(min(lim.C, lim.P))
         ell = np.arange(int(state.peak_kv.max()) + 2, dtype=np.float64)
@@ -73,7 +72,7 @@ class Works:
             decode = self._decode_ratio(state) * np.maximum(ell, 1.0) / max(float(ell[-1]), 1.0)
             token = np.minimum(decode, ell)
         else:
-            a, b = max(_lines(co, lim.C), key=lambda line: line[0] + line[1] * lim.C)   # a full batch's line
+            a, b = max(cost_lines(co, lim.C), key=lambda line: line[0] + line[1] * lim.C)   # a full batch's line
             self.lin, self.attn, self.req = b + co.prefill_token_s, co.prefill_attn_s, co.request_s
             decode = b + co.request_s + co.decode_kv_s * ell
             token = np.minimum(decode, self.fill(np.zeros_like(ell), ell))

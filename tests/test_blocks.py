@@ -121,7 +121,7 @@ def test_oracle_in_blocks_is_slower_than_in_tokens_and_replays():
 
 @pytest.mark.solver
 def test_milp_with_blocks_matches_the_oracle():
-    from infermax.csp import solve_optimal
+    from infermax.optimal import solve_optimal
 
     w, lim = BLOCK_INSTANCE
     best = oracle(w, lim, COST)

@@ -145,7 +145,7 @@ def test_the_search_method_is_the_exact_solvers_search(capsys):
     w, lim = Workload.from_lengths([3, 3, 5, 5], [4, 4, 2, 2]), Limits(M=10, C=16)
     b = lower_bound(w, lim, None, methods=("search",))
     assert b.method == "search" and b.certificate["complete"]
-    from infermax.csp import solve_optimal
+    from infermax.optimal import solve_optimal
     opt = solve_optimal(w, lim, time_limit_s=60)
     assert opt.status == "optimal" and opt.objective * (1 - 2e-7) <= b.value <= opt.objective
     assert "search" not in lower_bound(w, lim, None).values          # not among the defaults

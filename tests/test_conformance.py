@@ -220,7 +220,7 @@ def test_class_flow_milp(rule, k, chunked):
             "[arrival] flows: the class flows have no clock, yet they accept an online workload"
         return
     if rule == "M-blocks":
-        from infermax.csp import solve_optimal
+        from infermax.optimal import solve_optimal
         with pytest.raises(ValueError, match="block_size"):
             solve_optimal(w, case.limits, COST, method="aggregate", time_limit_s=5.0, warm_start=None)
         return

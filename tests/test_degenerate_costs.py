@@ -75,12 +75,12 @@ def test_the_issue_s_e2e_bound_without_per_batch_time():
 
 
 def test_a_method_that_refuses_is_reported_beside_the_others(monkeypatch):
-    import infermax.csp
+    import infermax.optimal
 
     def refuse(*args, **kwargs):
         raise ValueError("this instance is refused")
 
-    monkeypatch.setattr(infermax.csp, "solve_optimal", refuse)
+    monkeypatch.setattr(infermax.optimal, "solve_optimal", refuse)
     b = infermax.lower_bound(W, LIMITS, objective="e2e")
     assert b.skipped["milp"] == "solve_optimal refuses it: this instance is refused"
     assert {"requests", "order"} <= set(b.values) and "milp" not in b.values

@@ -15,7 +15,7 @@ from infermax import replay
 from infermax.bounds import parse_objective
 from infermax.bounds.objectives import trace_value
 from infermax.costmodel import get_cost_model
-from infermax.csp import solve_optimal
+from infermax.optimal import solve_optimal
 
 #: csp's name -> the oracle's name of the same objective
 OBJECTIVES = {"ttft:short": "ttft:short", "completion:short": "e2e:short", "ttft:long": "ttft:long"}

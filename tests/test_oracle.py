@@ -35,6 +35,7 @@ from infermax.csp import Policy
 from infermax.csp.backends import BackendUnavailable, ModelTooLarge, available_backends
 from infermax.csp.milp.objectives import OBJECTIVES
 from infermax.csp.milp.trajectory import respects_policy
+from infermax.optimal import policy_of
 
 COST = get_cost_model(None)
 NUM_INSTANCES = 300
@@ -108,7 +109,7 @@ SCHEDULERS = infermax.schedulers.available()
 
 def _scheduler_class(name: str) -> Policy | None:
     try:
-        return Policy.of_scheduler(name)
+        return policy_of(name)
     except ValueError:                # the scheduler does not describe its class
         return None
 

@@ -4,6 +4,7 @@ import pytest
 
 from infermax import Limits, Workload, replay, simulate
 from infermax.costmodel import get_cost_model
+from infermax.optimal import policy_of
 from infermax.ordering import RequestView
 from infermax.policy import Policy
 from infermax.schedulers import GetNextBatch, get_scheduler
@@ -116,8 +117,8 @@ def test_one_policy_class_for_the_heuristics_and_the_milp():
 
     assert MilpPolicy is Policy
     sarathi = get_scheduler("sarathi").policy
-    assert Policy.of_scheduler("sarathi") == Policy(P=512)                  # its class: the same freedoms
-    assert sarathi.to_dict() == Policy.of_scheduler("sarathi").to_dict()
+    assert policy_of("sarathi") == Policy(P=512)                  # its class: the same freedoms
+    assert sarathi.to_dict() == policy_of("sarathi").to_dict()
     assert LONGEST_REMAINING_EVICT_YOUNGEST.is_unconstrained               # picking rules restrict no class
     assert not get_scheduler("vllm-ef").policy.is_unconstrained
-    assert Policy.of_scheduler("pecsched-fifo") == Policy(allow_eviction=False)
+    assert policy_of("pecsched-fifo") == Policy(allow_eviction=False)

@@ -16,15 +16,25 @@ those of ``../shared/tools/walls.py`` (the before-stop hook), one a little stric
 every cycle that passes through a package ``__init__`` together with its children, which hid
 trajectorylp <-> configlp (``from . import configlp`` also names the package); here only the
 package's own edges into its children are dropped.
+
+Then the same walls transitively (``TRANSITIVE_WALLS``, docs/design.md's layer table): on the closure of
+the graph of what importing each module runs — every import, function-level and relative ones included,
+the ``__init__`` of each package above it, and the module behind a name a package exports lazily
+(``_LAZY``) or re-exports — so that "csp reaches the schedulers" fails though no csp file names them;
+and, in a fresh interpreter, which modules ``import infermax``, ``import infermax.costmodel`` and
+``import infermax.csp`` really load.
 """
 from __future__ import annotations
 
 import ast
 import configparser
+import subprocess
+import sys
 from pathlib import Path
 from typing import Iterator
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLVERS = ("ortools", "highspy", "pulp", "gurobipy", "pyscipopt")
@@ -175,3 +185,219 @@ def test_what_the_walls_allow_is_not_reported(tmp_path):
         "schedulers/registry.py": "from infermax.costmodel import CostModel\n",
     })
     assert broken_walls(tmp_path, DIRS) == []
+
+
+# --- the walls, transitively -----------------------------------------------------------------------------------------
+# Importing a module runs every import its file holds when its code runs — module level or inside a function (a
+# lazy import is still a dependency: the function runs sooner or later) — and, first, the ``__init__`` of each
+# package above it. So the walls are checked on what each module *reaches*: the closure of that graph.
+
+
+def _under_type_checking(node: ast.stmt) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and isinstance(test, (ast.Name, ast.Attribute)) and \
+        (getattr(test, "id", None) == "TYPE_CHECKING" or getattr(test, "attr", None) == "TYPE_CHECKING")
+
+
+def _import_nodes(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: nested ones included, ``if TYPE_CHECKING:`` blocks left out."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif not _under_type_checking(node):
+            for block in ("body", "orelse", "finalbody", "handlers", "cases"):
+                yield from _import_nodes(getattr(node, block, ()))
+
+
+def lazy_table(tree: ast.Module) -> dict[str, str]:
+    """A package's ``_LAZY = {"name": "module", ...}``: the names its PEP 562 ``__getattr__`` loads on first use
+    (the module absolute, or relative to the package)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_LAZY" for t in node.targets) \
+                and isinstance(node.value, ast.Dict):
+            return {k.value: v.value for k, v in zip(node.value.keys, node.value.values)
+                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    return {}
+
+
+def import_graph(root: Path, dirs: dict[str, str] | None = None) -> nx.DiGraph:
+    """Module -> each module of the package that importing it runs: every import (function-level, relative),
+    each prefix package of an imported name, a lazily exported name's module (``from infermax import
+    simulate`` loads ``infermax.engine``, as ``from infermax.csp import solve_optimal`` loads
+    ``infermax.csp.api``), and the package just above the module (its ``__init__`` runs first).
+    An edge carries ``line`` (0 for the implicit edge to the parent package)."""
+    dirs = dirs if dirs is not None else package_dirs(root)
+    files = {module_name(f.relative_to(root), dirs): f for d in dirs for f in sorted((root / d).rglob("*.py"))}
+    trees = {m: ast.parse(p.read_text()) for m, p in files.items()}
+    lazy: dict[str, dict[str, str]] = {}     # package -> name -> the module that defines it (lazy or re-exported)
+    for m, tree in trees.items():
+        if files[m].name == "__init__.py":
+            lazy[m] = {name: f"{m}.{target}" if f"{m}.{target}" in files else target
+                       for name, target in lazy_table(tree).items()}
+            for node in tree.body:            # ``from .api import solve``: the name is the child's
+                if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                    lazy[m].update((alias.asname or alias.name, f"{m}.{node.module}") for alias in node.names)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(files)
+
+    def loads(name: str) -> Iterator[str]:
+        parts = name.split(".")
+        yield from (p for p in (".".join(parts[:i]) for i in range(1, len(parts) + 1)) if p in files)
+
+    for module, tree in trees.items():
+        parent = module.rpartition(".")[0]
+        if parent in files:
+            graph.add_edge(module, parent, line=0)
+        here = module if files[module].name == "__init__.py" else parent
+        for node in _import_nodes(tree.body):
+            if isinstance(node, ast.Import):
+                targets = [t for alias in node.names for t in loads(alias.name)]
+            else:
+                base = here.split(".")[: len(here.split(".")) - node.level + 1] if node.level else []
+                name = ".".join(base + ([node.module] if node.module else []))
+                targets = list(loads(name))
+                for alias in node.names:
+                    if f"{name}.{alias.name}" in files:
+                        targets.append(f"{name}.{alias.name}")
+                    elif alias.name in lazy.get(name, {}) and lazy[name][alias.name] in files:
+                        targets.extend(loads(lazy[name][alias.name]))
+            for t in targets:
+                if t != module and not graph.has_edge(module, t):
+                    graph.add_edge(module, t, line=node.lineno)
+    return graph
+
+
+def _in(module: str, *packages: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+#: the modules above csp (they resolve names, run the schedulers, call csp): csp never reaches them
+ABOVE_CSP = ("infermax.optimal", "infermax.heuristics", "infermax.engine", "infermax.schedulers",
+             "infermax.bounds.api", "infermax.bounds.check", "infermax.bounds.cli")
+#: what ``import infermax`` itself loads (the workload grammar behind ``Workload.from_spec``); all else is lazy
+ROOT_LOADS = ("infermax.workload_spec", "infermax.workloads", "infermax.workloads_long", "infermax.workloads_typed",
+              "infermax.types", "infermax.schedule", "infermax.costmodel")
+
+
+def _front_end(module: str) -> bool:
+    """A command-line module (``infermax.csp.cli``): it parses and prints, above the whole library."""
+    return module.rpartition(".")[2] == "cli"
+
+
+#: id -> (the wall, the modules it holds for, the modules they must not reach): docs/design.md, "Boundaries"
+TRANSITIVE_WALLS = {
+    "csp-schedulers": ("csp reaches the schedulers or the simulator (a warm start arrives as a Schedule)",
+                       lambda m: _in(m, "infermax.csp") and not _front_end(m),
+                       lambda r: _in(r, "infermax.schedulers", "infermax.heuristics", "infermax.engine")),
+    "csp-above": ("csp reaches a layer above it (name resolution, the bounds' public entry, the checker)",
+                  lambda m: _in(m, "infermax.csp") and not _front_end(m), lambda r: _in(r, *ABOVE_CSP)),
+    "schedulers-csp": ("the schedulers reach csp or kernels",
+                       lambda m: _in(m, "infermax.schedulers"), lambda r: _in(r, "infermax.csp", "infermax.kernels")),
+    "costmodel-core": ("costmodel reaches the core (beyond what importing the root package loads)",
+                       lambda m: _in(m, "infermax.costmodel"),
+                       lambda r: r != "infermax" and not _in(r, "infermax.costmodel", *ROOT_LOADS)),
+    "root-light": ("importing the root package loads more than the types and the workload grammar",
+                   lambda m: m == "infermax", lambda r: not _in(r, *ROOT_LOADS)),
+    "judge-simulator": ("the judge (replay) reaches the simulator or the schedulers",
+                        lambda m: m == "infermax.replay",
+                        lambda r: _in(r, "infermax.engine", "infermax.schedulers", "infermax.heuristics")),
+}
+
+
+def wall_violations(graph: nx.DiGraph, wall: str) -> list[str]:
+    """Each module that breaks ``wall`` through what it reaches, with a path that shows it."""
+    what, holds, banned = TRANSITIVE_WALLS[wall]
+    out = []
+    for module in sorted(m for m in graph if holds(m)):
+        bad = sorted(r for r in nx.descendants(graph, module) if banned(r))
+        if bad:
+            path = nx.shortest_path(graph, module, bad[0])
+            out.append(f"{what}: {module} reaches {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} "
+                       f"({' -> '.join(path)})")
+    return out
+
+
+def cycles(graph: nx.DiGraph) -> list[str]:
+    """Every import cycle, a package's edges into its own modules left out (re-exporting them is not one)."""
+    acyclic = nx.DiGraph([(a, b) for a, b in graph.edges if not b.startswith(a + ".")])
+    return ["import cycle: " + " -> ".join(sorted(c)) for c in nx.strongly_connected_components(acyclic)
+            if len(c) > 1]
+
+
+def transitive_violations(graph: nx.DiGraph) -> list[str]:
+    return [v for wall in TRANSITIVE_WALLS for v in wall_violations(graph, wall)] + cycles(graph)
+
+
+@pytest.fixture(scope="module")
+def graph() -> nx.DiGraph:
+    return import_graph(ROOT)
+
+
+@pytest.mark.parametrize("wall", list(TRANSITIVE_WALLS))
+def test_the_package_keeps_its_walls_transitively(graph, wall):
+    broken = wall_violations(graph, wall)
+    assert not broken, f"{len(broken)} modules break the wall (docs/design.md, Boundaries):\n" + "\n".join(broken)
+
+
+def test_no_import_cycles_following_every_import(graph):
+    found = cycles(graph)
+    assert not found, "\n".join(found)
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The modules of the package a fresh interpreter has loaded after ``statement``."""
+    code = f"import sys\n{statement}\nprint('\\n'.join(sorted(m for m in sys.modules if m.startswith('infermax'))))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return out.stdout.split()
+
+
+@pytest.mark.parametrize("statement, banned", [
+    ("import infermax.costmodel", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds")),
+    ("import infermax.csp", ("infermax.schedulers", "infermax.engine", "infermax.heuristics", "infermax.optimal")),
+    ("import infermax", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds",
+                         "infermax.cluster", "infermax.sweep", "infermax.execute")),
+])
+def test_light_imports_stay_light(statement, banned):
+    """What really loads (dynamic imports included: the scheduler registry, the lazy names)."""
+    loaded = loaded_by(statement)
+    heavy = [m for m in loaded if _in(m, *banned)]
+    assert not heavy, f"{statement!r} loads {len(loaded)} modules, {len(heavy)} of them it must not: {heavy}"
+
+
+def test_transitive_walls_follow_parents_lazy_names_and_function_imports(tmp_path):
+    """A wall broken only through a parent package's ``__init__``, a function-level import two modules away,
+    or a lazily exported name is found, with the path; a lazy ``__init__`` keeps the walls."""
+    _write(tmp_path, {
+        "infermax/__init__.py": "from .engine import simulate\n",          # eager: every module reaches the engine
+        "infermax/types.py": "",
+        "infermax/engine.py": "def simulate():\n    from infermax.schedulers import get\n",
+        "infermax/replay.py": "from .types import Schedule\n",
+        "csp/__init__.py": "",
+        "csp/api.py": "from infermax.types import Schedule\n",
+        "schedulers/__init__.py": "def get():\n    pass\n",
+        "costmodel/__init__.py": "",
+    })
+    g = import_graph(tmp_path, DIRS)
+    assert wall_violations(g, "csp-schedulers")[1] == (
+        "csp reaches the schedulers or the simulator (a warm start arrives as a Schedule): infermax.csp.api "
+        "reaches infermax.engine, infermax.schedulers (infermax.csp.api -> infermax -> infermax.engine)")
+    assert wall_violations(g, "judge-simulator") and wall_violations(g, "costmodel-core")
+    _write(tmp_path, {"infermax/__init__.py": '_LAZY = {"simulate": "infermax.engine"}\n'})
+    g = import_graph(tmp_path, DIRS)
+    assert transitive_violations(g) == []
+    _write(tmp_path, {"csp/api.py": "def warm():\n    from infermax import simulate\n"})   # the lazy name's module
+    assert wall_violations(import_graph(tmp_path, DIRS), "csp-schedulers") == [
+        "csp reaches the schedulers or the simulator (a warm start arrives as a Schedule): infermax.csp.api "
+        "reaches infermax.engine, infermax.schedulers (infermax.csp.api -> infermax.engine)"]
+
+
+def test_a_cycle_through_a_function_level_import_and_a_lazy_name_is_found(tmp_path):
+    _write(tmp_path, {
+        "infermax/__init__.py": "",
+        "infermax/bounds/__init__.py": '_LAZY = {"lower_bound": "combine"}\n',
+        "infermax/bounds/combine.py": "def lower_bound():\n    from infermax.csp import solve\n",
+        "csp/__init__.py": "from .api import solve\n",
+        "csp/api.py": "from infermax.bounds import lower_bound\n",
+    })
+    assert cycles(import_graph(tmp_path, DIRS)) == [
+        "import cycle: infermax.bounds.combine -> infermax.csp.api"]

@@ -53,7 +53,7 @@ import numpy as np
 from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
-from .order import _lines, path_costs, path_works
+from .order import cost_lines, path_costs, path_works
 
 #: (ρ, which limit carries the rest of the per-batch time: None = none) tried per line (the per-batch time
 #: priced on M is what the O = 1024 cells need; on C it never led on the paper grid)
@@ -79,7 +79,7 @@ def chain_bound(co: LinearCoefficients, workload: Workload, limits: Limits,
     n = -(-I // min(limits.C, limits.P)) + O - 1          # batches each request needs
     N, beta = int(I.size), min(co.decode_bias_s, co.prefill_bias_s)
     best, cert = -math.inf, {}
-    for a, b in _lines(co, limits.C):
+    for a, b in cost_lines(co, limits.C):
         for share, limit in SPLITS:
             mu = np.zeros(4)
             caps = (limits.M, limits.C, limits.P, limits.R_max or 0)

@@ -27,7 +27,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from infermax.engine import resolve_inputs, simulate
+from infermax.engine import simulate
+from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.schedulers import get_scheduler
@@ -168,7 +169,7 @@ def reference_bound(workload: Any, limits: Any = None, cost: Any = None, *, obje
     elif len(workload) > optimum_max_requests:
         note = f"too large: {len(workload)} requests > {optimum_max_requests} (the exact solve runs on small instances)"
     else:
-        from infermax.csp import solve_optimal
+        from infermax.optimal import solve_optimal
 
         if progress is not None:
             progress("milp")

@@ -51,7 +51,7 @@ def _inputs(args: argparse.Namespace):
 
 def cmd_bound(args: argparse.Namespace) -> int:
     from infermax.cli import dumps_json
-    from infermax.engine import resolve_inputs
+    from infermax.inputs import resolve_inputs
     from infermax.multirun import left_out
     from infermax.rundir import judged_line
     from infermax.schedulers import get_scheduler, split_specs

@@ -56,7 +56,7 @@ from infermax.costmodel import get_cost_model, linear_coefficients
 
 from .objectives import members, parse_objective, subset, trace_value
 from .order import partitions, quantile_of_sorted, request_works, srpt_completions, window_keys
-from .requests import _lines
+from .requests import cost_lines
 
 #: a chunk cap no request reaches: the fill of a prompt counts as one batch (a gang's prefill is one)
 _NO_CAP = SimpleNamespace(C=2 ** 62, P=2 ** 62)
@@ -121,7 +121,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     flow = np.zeros(len(chosen))
     offline = not np.ptp(T) > 0
     wins = [] if offline else partitions(T)
-    for _, b in _lines(co, 2 ** 20):
+    for _, b in cost_lines(co, 2 ** 20):
         works = request_works(co, chosen, _NO_CAP, b, np.zeros(4))
         w = (works.first_s if event == "ttft" else works.total_s) / R      # on the machine of speed R
         absolute = np.maximum(absolute, srpt_completions(T, w))

@@ -51,7 +51,7 @@ from infermax.costmodel import LinearCoefficients
 from infermax.types import Limits, Workload
 
 from .costs import chunk_end_sum
-from .requests import _lines, request_bounds
+from .requests import cost_lines, request_bounds
 
 EVENTS = ("ttft", "e2e")
 #: share ρ of the per-batch time kept per batch (offline) instead of spread over the limits
@@ -197,7 +197,7 @@ def event_bounds(co: LinearCoefficients, workload: Workload, limits: Limits, eve
     t_min, offline = float(T.min()), bool(np.all(T == T[0]))
     wins = [] if offline else partitions(T)
     beta = min(co.decode_bias_s, co.prefill_bias_s)
-    for a, b in _lines(co, limits.C):
+    for a, b in cost_lines(co, limits.C):
         per_batch = a + beta
         for rho in BATCH_SHARES:
             for mu in multipliers((1 - rho) * per_batch, limits):

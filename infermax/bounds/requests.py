@@ -36,8 +36,11 @@ from infermax.types import Limits, Workload
 from .costs import context_lengths
 
 
-def _lines(co: LinearCoefficients, max_tokens: int) -> list[tuple[float, float]]:
-    """Lines (a, b) with b >= 0, or the least value of the non-attention time over 1..max_tokens."""
+def cost_lines(co: LinearCoefficients, max_tokens: int) -> list[tuple[float, float]]:
+    """The non-attention time of a batch of n <= ``max_tokens`` tokens as lines ``a + b·n`` that never fall:
+    the cost model's lines (a, b) with b >= 0, and, if one falls, a flat line at the model's least value
+    over 1..max_tokens. The bounds charge a batch on them; so do the bound-guided schedulers
+    (:mod:`infermax.schedulers.boundguided`), which is why the function is public."""
     lines = [(a, b) for a, b in co.nonattn_lines if b >= 0]
     if len(lines) < len(co.nonattn_lines):    # a falling line: charge the model's least value instead
         n = np.arange(1, max_tokens + 1, dtype=np.float64)
@@ -67,7 +70,7 @@ def request_bounds(co: LinearCoefficients, workload: Workload, limits: Limits) -
     ttft = np.full(I.size, -math.inf)
     e2e = np.full(I.size, -math.inf)
     later = np.full(I.size, -math.inf)
-    for a, b in _lines(co, limits.C):
+    for a, b in cost_lines(co, limits.C):
         first = fill_s(co, I, limits, a, b)
         rest = np.bincount(owner, weights=token_s(co, ell, limits, a, b), minlength=I.size)
         ttft = np.maximum(ttft, first)

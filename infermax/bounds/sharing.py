@@ -85,7 +85,7 @@ from infermax.types import Limits, Workload
 from .certify import certified_dual
 from .costs import cheapest_fill, chunk_end_sum, context_lengths
 from .order import event_bounds
-from .requests import _lines, request_bounds
+from .requests import cost_lines, request_bounds
 from .work import arrival_bound
 
 NUM_WINDOWS = 140         # windows over [first arrival, horizon] (fewer for few requests: 16 + 2n)
@@ -164,7 +164,7 @@ def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
     :func:`sharing_bound`."""
     from scipy.sparse import csr_matrix
 
-    lines = _lines(co, limits.C)
+    lines = cost_lines(co, limits.C)
     beta = min(co.decode_bias_s, co.prefill_bias_s)
     r_line = [a + beta for a, _ in lines]
     r_max = max(r_line)

@@ -76,7 +76,7 @@ def make_plan(label: str, workload: Workload, limits: Limits, cost: Any, time_li
     """The plan a label names (see :class:`Comparison`), and what its making reported (status, bound, ...).
     ``vllm`` gives the ``vllm-v1`` preset's schedule: the prediction of vLLM's own, not a plan to execute."""
     if label in ("optimal", "optimal-ef"):
-        from ..csp.api import solve_optimal  # (the solver stack loads only when a plan needs it)
+        from ..optimal import solve_optimal  # (the solver stack loads only when a plan needs it)
         res = solve_optimal(workload, limits, cost, objective="latency", time_limit_s=time_limit_s,
                             policy="no-eviction" if label == "optimal-ef" else None)
         if res.schedule is None:

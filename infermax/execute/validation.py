@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from infermax.engine import resolve_inputs
+from infermax.inputs import resolve_inputs
 from infermax.types import Limits, Workload
 
 from .model import DEFAULT_MODEL

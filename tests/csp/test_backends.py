@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from infermax import Limits, Workload
-from infermax.csp import solve_optimal
 from infermax.csp.backends import ModelTooLarge, available_backends, backend_names, get_backend
+from infermax.optimal import solve_optimal
 
 pytestmark = pytest.mark.solver
 
@@ -65,7 +65,7 @@ def test_a_plain_script_without_a_main_guard_can_use_a_child_process_backend(tmp
     if "highs" not in available_backends():
         pytest.skip("highspy not installed")
     script = tmp_path / "plain.py"
-    script.write_text("from infermax.csp import solve_optimal\n"
+    script.write_text("from infermax.optimal import solve_optimal\n"
                       "r = solve_optimal('fixed:I=2,O=2,B=2', 'M=8,C=64', backend='highs', method='per-request',\n"
                       "                  time_limit_s=30, stop_early=False)\n"
                       "print(r.status, r.info['solution_from'])\n")

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from infermax import Limits, Workload
 from infermax.costmodel.linear import LinearCoefficients, LinearCostModel
-from infermax.csp import solve_optimal
 from infermax.csp.backends import cpsat
 from infermax.csp.search.batchcount import area_bound, is_applicable, min_batch_count, refute_batch_counts
 from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.search.classstate import classes_of
+from infermax.optimal import solve_optimal
 
 
 def _brute_force_batches(workload: Workload, M: int) -> int:

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 
 from infermax import Request, Workload
-from infermax.csp import api, solve_optimal
+from infermax.csp import api
 from infermax.csp.budget import ModelTooLarge
 from infermax.csp.milp.build import FLOW_NODES_MAX, MAX_MODEL_ROWS, Strengthening, check_size, flow_nodes
 from infermax.csp.milp.strengthening import best_dff, best_dff_bound, dff_value, token_items
+from infermax.optimal import solve_optimal
 
 pytestmark = pytest.mark.solver
 

@@ -9,8 +9,8 @@ import pytest
 
 from infermax import Batch, Limits, Schedule, Workload, metrics, replay
 from infermax.costmodel import get_cost_model
-from infermax.csp import solve_optimal
 from infermax.csp.backends import available_backends
+from infermax.optimal import solve_optimal
 
 ORACLE_OPTIMUM_S = 0.05145869274598979
 

@@ -21,6 +21,7 @@ from infermax.csp.milp.formulation import check_instance
 from infermax.csp.milp.objectives import METRIC_OF, MONOTONE, nonattention_segments
 from infermax.csp.milp.trajectory import canonical_labels, merge_chunks, respects_policy, strip_wasted_work
 from infermax.csp.warmstart import assign
+from infermax.optimal import policy_of
 
 
 def _check(workload, limits, cost, schedule, objective, policy=Policy(), symmetry="lex"):
@@ -63,7 +64,7 @@ def test_heuristic_schedules_fit_every_objective(cost, inst):
 def test_policy_rows_accept_their_own_class(cost, inst):
     workload, limits = inst
     for name, r in heuristic_schedules(workload, limits, cost):
-        policy = Policy.of_scheduler(name)
+        policy = policy_of(name)
         if policy.P is not None and policy.P < limits.P:
             continue
         sched = strip_wasted_work(r.schedule, workload, limits, cost)

@@ -8,18 +8,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infermax import Limits, Workload, metrics, replay
-from infermax.csp import Policy, solve_optimal
+from infermax.csp import Policy
 from infermax.csp.search.astar import exact_search, is_applicable, pilot_search, rollout
 from infermax.csp.search.batchcount import is_applicable as batchcount_applies
 from infermax.csp.search.batchtable import RemainingBatches
 from infermax.csp.search.classstate import ClassStateSpace, classes_of
+from infermax.optimal import policy_of, solve_optimal
 
 NO_CHUNK = Policy(chunked_prefill=False)
 
 
 def _chunks(name: str) -> bool:
     try:
-        return Policy.of_scheduler(name).chunked_prefill
+        return policy_of(name).chunked_prefill
     except ValueError:            # a scheduler that does not describe itself: assume it may chunk
         return True
 

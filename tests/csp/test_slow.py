@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from conftest import heuristic_schedules, section45
 
-from infermax.csp import Policy, solve_optimal
-from infermax.engine import resolve_inputs
+from infermax.csp import Policy
+from infermax.inputs import resolve_inputs
+from infermax.optimal import solve_optimal
 
 pytestmark = [pytest.mark.slow, pytest.mark.solver]
 

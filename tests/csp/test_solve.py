@@ -7,10 +7,11 @@ from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, metrics, replay
-from infermax.csp import OptimalResult, Policy, solve_optimal
+from infermax.csp import OptimalResult, Policy
 from infermax.csp import backends as csp_backends
 from infermax.csp.milp.objectives import METRIC_OF
-from infermax.engine import resolve_inputs
+from infermax.inputs import resolve_inputs
+from infermax.optimal import policy_of, solve_optimal
 
 pytestmark = pytest.mark.solver
 
@@ -77,7 +78,7 @@ def test_policy_class_optimum_is_no_worse_than_its_heuristic(cost):
     w, lim = Workload.from_lengths([5, 3, 6, 2], [3, 4, 2, 3]), Limits(M=12, C=64)
     for name in ("vllm", "sarathi-nohy", "vllm-ef"):
         h = heuristic_schedules(w, lim, cost, names=(name,))[0][1]
-        r = solve_optimal(w, lim, cost, time_limit_s=30, policy=Policy.of_scheduler(name), method="per-request")
+        r = solve_optimal(w, lim, cost, time_limit_s=30, policy=policy_of(name), method="per-request")
         assert r.status == "optimal"
         assert r.objective <= h.metrics["latency_s"] * (1 + 1e-9)
         _replays(r, w, lim, cost)
