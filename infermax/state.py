@@ -112,6 +112,9 @@ class ServingState(ReplicaInbox):
         self.kv_used = 0            # Σ m over requests holding KV
         self.blocks_used = 0        # Σ ceil(m / block_size) (kept only when block_size > 1)
         self._block = limits.block_size
+        # block_size - 1 and its log2 when it is a power of two > 1 (blocks counted by masks and shifts), else 0
+        self._mask = self._block - 1 if self._block > 1 and not self._block & (self._block - 1) else 0
+        self._shift = self._block.bit_length() - 1
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0
@@ -325,7 +328,10 @@ class ServingState(ReplicaInbox):
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
         kv, running = self.kv_used + num_tokens, self.num_running + num_new
-        blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
+        new_blocks = None
+        if self._mask and one >= -(num_decode == n) and tokens.dtype.kind == "i":   # (decodes: 1 token each, checked)
+            new_blocks = self._new_blocks(m0, num_decode == n, one, int(tokens[one]) if one >= 0 else 0)
+        blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens, new_blocks)
         # 4. time
         if extra is None:
             if self._timer is not None and one >= -(num_decode == n) and tokens.dtype.kind == "i":
@@ -387,7 +393,8 @@ class ServingState(ReplicaInbox):
         num_prefill_tokens = 0 if decode else c
         kv, running = self.kv_used + c, self.num_running + new
         m0_arr = self.m[idx]
-        blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens)
+        new_blocks = ((m1 + self._mask) >> self._shift) - ((m0 + self._mask) >> self._shift) if self._mask else None
+        blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens, new_blocks)
         if self._timer is not None and tokens.dtype.kind == "i":
             duration = self._timer(1, c, int(decode), m1, c, m0) if decode else self._timer(1, c, 0, 0, c, m0)
         else:
@@ -477,6 +484,18 @@ class ServingState(ReplicaInbox):
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
         return num_new
 
+    def _new_blocks(self, m0: np.ndarray, all_decode: bool, one: int, c: int) -> int:
+        """The KV blocks a batch of decodes (one token each) and, unless ``all_decode``, one (re)fill at
+        position ``one`` processing ``c`` tokens adds, for a power-of-two block size (``_mask``): a decode
+        takes a new block exactly when its KV fills whole blocks (m mod b = 0), the (re)fill
+        ceil((m + c) / b) - ceil(m / b). The same count as Σ kv_blocks(m0 + tokens) - kv_blocks(m0)."""
+        mask = self._mask
+        full = np.count_nonzero((m0 & mask) == 0)
+        if all_decode:
+            return full
+        m = int(m0[one])
+        return full - (not m & mask) + ((m + c + mask) >> self._shift) - ((m + mask) >> self._shift)
+
     def _check_chunks(self, j: int, idx: np.ndarray, tokens: np.ndarray, m0: np.ndarray, inp0: np.ndarray,
                       m1: np.ndarray, is_decode: np.ndarray, num_tokens: int, num_decode: int, one: int) -> None:
         """Each decode of batch ``j`` processes exactly 1 token and each (re)fill at most the input tokens
@@ -501,9 +520,10 @@ class ServingState(ReplicaInbox):
                                 f"{int(inp0[k] - m0[k])} input tokens left", int(ids[idx[k]]))
 
     def _check_limits(self, j: int, num_tokens: int, num_prefill_tokens: int, kv: int, running: int,
-                      m0: np.ndarray, tokens: np.ndarray) -> int:
+                      m0: np.ndarray, tokens: np.ndarray, new_blocks: int | None = None) -> int:
         """Batch ``j`` keeps C, P, M (and M in blocks) and R_max (``apply``, step 3); returns the blocks in
-        use after it (0 when block_size is 1)."""
+        use after it (0 when block_size is 1). ``new_blocks``: the blocks the batch adds, when the caller
+        has them (:meth:`_new_blocks`); else counted from ``m0`` and ``tokens``."""
         lim = self.limits
         if num_tokens > lim.C:
             raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
@@ -514,7 +534,9 @@ class ServingState(ReplicaInbox):
             raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{held} > M = {lim.M}")
         blocks = 0
         if self._block > 1:
-            blocks = self.blocks_used + int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
+            if new_blocks is None:
+                new_blocks = int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
+            blocks = self.blocks_used + new_blocks
             if blocks + self._external_blocks() > lim.num_blocks:
                 raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
                                     f"blocks of block_size = "
@@ -687,8 +709,15 @@ class ServingState(ReplicaInbox):
         whose blocks, with those of the external KV, exceed M // block_size, or None): the count only grows
         with the steps."""
         lim = self.limits
-        base = self.blocks_used - int(lim.kv_blocks(m0).sum())
         room = lim.num_blocks - self._external_blocks()
+        if self._mask:
+            # a request with r = (-m) mod b free slots in its last block takes q new blocks in s = q b + t steps
+            # (0 <= t < b), and one more if r < t: Σ kv_blocks(m0 + s) - Σ kv_blocks(m0) without the two sums
+            q, t = divmod(num_steps, self._block)
+            last = self.blocks_used + int(m0.size) * q + int(np.count_nonzero(((-m0) & self._mask) < t))
+            if last <= room:
+                return last, None
+        base = self.blocks_used - int(lim.kv_blocks(m0).sum())
 
         def blocks(s: int) -> int:
             return base + int(lim.kv_blocks(m0 + s).sum())

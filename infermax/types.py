@@ -380,8 +380,12 @@ class Limits:
         return self.M // self.block_size
 
     def kv_blocks(self, tokens: Any) -> Any:
-        """Blocks that ``tokens`` KV tokens occupy, ceil(tokens / block_size) (int or array)."""
-        return -(-tokens // self.block_size)
+        """Blocks that ``tokens`` KV tokens occupy, ceil(tokens / block_size) (int or array). For integers and a
+        power-of-two block size, as floor((tokens + b - 1) / b) by a shift: the same numbers, one NumPy call fewer."""
+        b = self.block_size
+        if not b & (b - 1) and (type(tokens) is int or getattr(tokens, "dtype", None) == np.int64):
+            return (tokens + (b - 1)) >> (b.bit_length() - 1)
+        return -(-tokens // b)
 
     def replace(self, **changes: Any) -> "Limits":
         data = self.to_dict()

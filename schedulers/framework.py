@@ -151,9 +151,14 @@ class GetNextBatch(Scheduler):
                              f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef "
                              f"variant)")
         self._bs = lim.block_size
+        # log2 of the block size when it is a power of two > 1 (blocks by shifts and masks), else 0
+        self._shift = self._bs.bit_length() - 1 if self._bs > 1 and not self._bs & (self._bs - 1) else 0
         # each running request reserves its max(m, inp) tokens of KV (so a decoding one its m): token-granular
         # KV, evicting; then when every running request decodes, Σ reserved = Σ m = state.kv_used
         self._reserves_m = self._bs == 1 and not self._ef
+        # the same in blocks: when every running request decodes, each reserves ceil(m / block_size) blocks, so
+        # Σ reserved = state.blocks_used (which the state keeps when block_size > 1)
+        self._reserves_blocks = self._bs > 1 and not self._ef
         self._blocks = lim.num_blocks          # the KV budget, in blocks (tokens when block_size is 1)
         self._wm = int(p.watermark * self._blocks)
         self._C = min(p.C, lim.C) if p.C is not None else lim.C
@@ -228,8 +233,14 @@ class GetNextBatch(Scheduler):
 
     # --- the loop ------------------------------------------------------------------------
     def _blk(self, tokens):
-        """KV blocks that ``tokens`` take (tokens themselves when block_size is 1)."""
-        return tokens if self._bs == 1 else -(-tokens // self._bs)
+        """KV blocks that ``tokens`` take (tokens themselves when block_size is 1): ceil(tokens / block_size),
+        as a shift when the block size is a power of two (floor((t + b - 1) / b) = ceil(t / b) for every
+        integer t; one NumPy call fewer than the negated floor division)."""
+        if self._bs == 1:
+            return tokens
+        if self._shift:
+            return (tokens + (self._bs - 1)) >> self._shift
+        return -(-tokens // self._bs)
 
     def _reserved(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """KV blocks reserved by running requests ``idx``."""
@@ -238,7 +249,10 @@ class GetNextBatch(Scheduler):
         return self._blk(np.maximum(state.m[idx], state.inp[idx]))
 
     def _decode_blocks(self, m: np.ndarray) -> np.ndarray:
-        """New blocks a decode needs at ``m`` KV tokens: 1 when its last block is full."""
+        """New blocks a decode needs at ``m`` KV tokens: 1 when its last block is full (ceil((m + 1) / b) -
+        ceil(m / b) is 1 exactly when b divides m; with a power-of-two block, its low bits are 0)."""
+        if self._shift:
+            return (m & (self._bs - 1)) == 0 if isinstance(m, np.ndarray) else int(m % self._bs == 0)
         return self._blk(m + 1) - self._blk(m)
 
     def _gate(self, b: _Builder, c_mem: np.ndarray, mem: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -255,10 +269,13 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        reserves_m = self._reserves_m
-        all_decode = self._all_decode(state, running) if reserves_m or self.policy.priority == "decode" else None
+        reserves_m, reserves_blocks = self._reserves_m, self._reserves_blocks
+        ask = reserves_m or reserves_blocks or self.policy.priority == "decode"
+        all_decode = self._all_decode(state, running) if ask else None
         if all_decode and reserves_m:
             reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
+        elif all_decode and reserves_blocks:
+            reserved = state.blocks_used     # (in blocks: Σ ceil(m / block_size))
         else:
             reserved = int(_sum(self._reserved(state, running)))
         mem_free = self._blocks - reserved
@@ -332,7 +349,8 @@ class GetNextBatch(Scheduler):
             if self._bs == 1:
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
-                horizon = min(horizon, self._decode_steps(m, self._blocks - int(_sum(self._reserved(state, running)))))
+                # (every running request decodes: Σ reserved = Σ ceil(m / block_size) = blocks_used)
+                horizon = min(horizon, self._decode_steps(m, self._blocks - state.blocks_used))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
 
     @staticmethod
@@ -341,7 +359,22 @@ class GetNextBatch(Scheduler):
         return int(_min(state.output_lens[running] - state.gen[running]))
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
-        """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""
+        """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``.
+
+        In closed form: a request with ``r = (-m) mod b`` free slots in its last block needs, after
+        ``s = q b + t`` steps (0 <= t < b), q new blocks plus one more if r < t. So n requests need
+        ``n q + #{r < t}`` blocks, and the most steps within ``free`` are ``(free // n) b + r_(free mod n)``
+        (the ``free mod n``-th smallest r): one more step would need a block more. The same number as
+        :meth:`_decode_steps_search` (the binary search over those sums), without the search."""
+        n = int(m.size)
+        if free < 0 or not n:
+            return self._decode_steps_search(m, free)
+        q, rem = divmod(free, n)
+        r = np.sort((-m) % self._bs)
+        return q * self._bs + int(r[rem])
+
+    def _decode_steps_search(self, m: np.ndarray, free: int) -> int:
+        """:meth:`_decode_steps` by binary search over the blocks the steps take (the reference)."""
         base = int(self._blk(m).sum())
         lo, hi = 0, free * self._bs + self._bs     # hi steps need more than ``free`` new blocks
         while hi - lo > 1:
