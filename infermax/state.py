@@ -76,6 +76,20 @@ class DecodeSegment(NamedTuple):
     num_running: int
 
 
+class HybridSegment(NamedTuple):
+    """``num_batches`` identical hybrid batches, as :meth:`ServingState.apply_hybrid_run` applied them: the
+    decodes ``idx[:-1]`` (a token each) and the (re)fill ``idx[-1]`` (``tokens[-1]`` tokens a batch); per
+    batch its start and duration (s) and the KV tokens held during it; ``num_running`` requests held KV."""
+
+    idx: np.ndarray
+    tokens: np.ndarray
+    num_batches: int
+    starts_s: list[float]
+    durations_s: list[float]
+    kv_tokens: range
+    num_running: int
+
+
 class ServingState(ReplicaInbox):
     """KV and progress state of every request of a workload, plus the clock.
 
@@ -637,6 +651,93 @@ class ServingState(ReplicaInbox):
             self.admit_arrivals()
         return segments
 
+    def apply_hybrid_run(self, idx: np.ndarray, chunk: int, num_steps: int) -> HybridSegment | None:
+        """Run up to ``num_steps`` batches of the decodes ``idx[:-1]`` (a token each) and the (re)fill ``idx[-1]``
+        (``chunk`` tokens each batch) — a prefill chunk advancing alongside decodes, in closed form (the
+        simulator's fast path, as :meth:`apply_decode_run` is for decodes alone).
+
+        Equivalent, batch for batch and bit for bit, to calling :meth:`apply` with these requests and tokens
+        that many times, stopping before the first batch that would start at or after the next arrival. Only
+        its last batch may complete requests, and none may end the (re)fill (``ScheduleError`` "hybrid-run"
+        otherwise). None,
+        with nothing applied, when the batches are not timed from their sums (a cost model with its own
+        ``batch_time``) or one of them would break a rule: then apply them one by one (which names it).
+        """
+        j, n = self.num_batches, int(idx.size) - 1
+        m0, inp0 = self.m[idx], self.inp[idx]
+        mx, ix = int(m0[n]), int(inp0[n])
+        # (the statuses and the flags as bytes: counted and searched without a NumPy call)
+        if (n < 1 or chunk < 1 or self.status[idx].tobytes().count(RUNNING) != n + 1
+                or 1 in (m0[:n] < inp0[:n]).tobytes() or mx >= ix):
+            raise ScheduleError(j, "hybrid-run", "a hybrid run holds running decode-phase requests and, last, one "
+                                "running request in (re)fill, and processes at least one token of it")
+        dec = idx[:n]
+        if mx + num_steps * chunk >= ix:
+            raise ScheduleError(j, "hybrid-run", f"the (re)fill of request {int(self.workload.ids[idx[n]])} "
+                                f"would reach its input within the run")
+        left = self.output_lens[dec] - self.gen[dec]      # batches until each decode completes (>= 1)
+        first_done = int(_min(left))
+        if num_steps > first_done:
+            raise ScheduleError(j, "hybrid-run", "a request would complete before the last batch of a hybrid run")
+        if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
+            raise ScheduleError(j, "hybrid-run", "a hybrid run may not hold a request that leaves this replica "
+                                "after its first token (hand_off)")
+        lim, timer, width = self.limits, self._timer, n + chunk
+        kv0 = self.kv_used
+        if (timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
+                or kv0 + num_steps * width + self.external_kv > lim.M or np.unique(idx).size != n + 1):
+            return None
+        if self._block > 1 and self._hybrid_blocks(m0, mx, chunk, num_steps) + self._external_blocks() \
+                > lim.num_blocks:
+            return None        # (the blocks only grow along the run: the last batch holds the most)
+        nxt = self.next_arrival_s
+        stop = math.inf if nxt is None else nxt
+        s_dec = int(_sum(m0[:n]))
+        t, starts, durations = self.clock_s, [], []
+        for k in range(num_steps):
+            if t >= stop:
+                break
+            # apply's timer arguments: n + 1 requests, n + chunk tokens, n decodes reading Σ (m + 1), the chunk
+            d = timer(n + 1, width, n, n + s_dec + k * n, chunk, mx + k * chunk)
+            starts.append(t)
+            durations.append(d)
+            t = t + d        # (apply's end = start + duration)
+        k = len(durations)
+        tokens = np.ones(n + 1, dtype=np.int64)
+        tokens[n] = chunk
+        tokens.setflags(write=False)
+        if not k:
+            return HybridSegment(idx, tokens, 0, starts, durations, range(0), self.num_running)
+        x = int(idx[n])
+        if mx and self._last_batch[x] < j - 1:     # a (re)fill resumed after a pause (apply's first batch)
+            self.num_suspensions[x] += 1
+        if self._block > 1:
+            self.blocks_used = self._hybrid_blocks(m0, mx, chunk, k)
+        self.m[dec] = m0[:n] + k
+        self.m[x] = mx + k * chunk
+        self.gen[dec] += k
+        self.decode_tokens_left -= n * k
+        self.prefill_tokens_left -= chunk * k
+        self._last_batch[idx] = j + k - 1
+        kv = range(kv0 + width, kv0 + width * k + 1, width)     # held during each batch
+        self.kv_used = kv[-1]
+        running = self.num_running
+        if k == first_done:     # the last batch completes decodes (apply's _generate, at its end)
+            self._complete(dec[left == k], t)
+        self.clock_s = t
+        self.num_batches = j + k
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return HybridSegment(idx, tokens, k, starts, durations, kv, running)
+
+    def _hybrid_blocks(self, m0: np.ndarray, mx: int, chunk: int, num_steps: int) -> int:
+        """Blocks in use after ``num_steps`` batches of the decodes holding ``m0[:-1]`` and a (re)fill of ``chunk``
+        tokens a batch from ``mx`` (``m0[-1]``): the decodes' as :meth:`_blocks_after_decodes` counts them, the
+        (re)fill's ceil((mx + steps · chunk) / b) - ceil(mx / b) more."""
+        kv_blocks = self.limits.kv_blocks
+        dec_blocks = self._blocks_after_decodes(m0[:-1], num_steps)[0]
+        return dec_blocks + int(kv_blocks(mx + num_steps * chunk)) - int(kv_blocks(mx))
+
     def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, kv_sum: int, num_steps: int,
                         next_arrival_s: float | None) -> DecodeSegment | None:
         """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``, ``kv_sum`` in all) completing
@@ -734,5 +835,5 @@ class ServingState(ReplicaInbox):
 _STATUS = {FUTURE: "not arrived", WAITING: "waiting", RUNNING: "running", DONE: "finished"}
 
 
-__all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "RUNNING", "ScheduleError", "ServingState", "Status",
-           "WAITING"]
+__all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "HybridSegment", "RUNNING", "ScheduleError",
+           "ServingState", "Status", "WAITING"]

@@ -169,6 +169,10 @@ class GetNextBatch(Scheduler):
         self._admission = Admission(self._P, self._R, p.priority, p.hybrid, p.stagger) if p.lookahead else None
         self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
                               active=not (self._ef or p.lookahead), block=self._bs)
+        # hybrid runs (hybrid_run): decode priority with hybrid batches and chunked prefill, a static order, no
+        # look-ahead or pins, and this class's own hooks (a subclass may group or fill otherwise)
+        self._hybrid_runs = (type(self) is GetNextBatch and p.priority == "decode" and p.hybrid and p.chunked_prefill
+                             and not self._dynamic and self._admission is None and not self._pins.active)
         if not p.chunked_prefill:
             cap = self._cap
             too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
@@ -352,6 +356,40 @@ class GetNextBatch(Scheduler):
                 # (every running request decodes: Σ reserved = Σ ceil(m / block_size) = blocks_used)
                 horizon = min(horizon, self._decode_steps(m, self._blocks - state.blocks_used))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
+
+    def hybrid_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int, int]:
+        """When exactly one running request is in (re)fill, ``x``, and the others decode: the next batches are
+        the decodes (group 1, in priority order) and a chunk of ``x`` (group 2) of ``f = min(C - n, P)``
+        tokens (n decodes), while
+        - the decodes fit: the KV they take only grows, so the most steps whose new blocks fit in the KV
+          not reserved (``x`` reserves its whole input) bound the run;
+        - ``x`` takes a whole chunk and does not reach its input (its last chunk may leave room for others);
+        - no request completes before the last (a completion frees KV and a running slot).
+        Nothing else joins such a batch: the chunk leaves no token (C) or no prefill token (P) for a waiting
+        request, and no request changes status, so the groups are the same each batch."""
+        if not self._hybrid_runs:
+            return _NONE, 0, 0
+        running = self._sets(state)[0]
+        n = running.size - 1
+        if n < 1 or n >= self._C:
+            return _NONE, 0, 0
+        m, inp = state.m[running], state.inp[running]
+        flags = (m < inp).tobytes()      # (the flags' bytes counted and searched: no NumPy call)
+        if flags.count(1) != 1:
+            return _NONE, 0, 0
+        p = flags.index(1)
+        f = min(self._C - n, self._P)
+        k = (int(inp[p]) - int(m[p]) - 1) // f          # whole chunks that leave some of its input
+        if k < 1:
+            return _NONE, 0, 0
+        dec = np.delete(running, p)
+        k = min(k, self._first_done(state, dec))       # (the last may complete requests)
+        if not self._ef and k > 0:
+            free = self._blocks - int(_sum(self._reserved(state, running)))
+            k = min(k, free // n if self._bs == 1 else self._decode_steps(state.m[dec], free))
+        if k < 1:
+            return _NONE, 0, 0
+        return np.append(dec, running[p]), f, k
 
     @staticmethod
     def _first_done(state: ServingState, running: np.ndarray) -> int:
