@@ -129,6 +129,7 @@ class ServingState(ReplicaInbox):
         # block_size - 1 and its log2 when it is a power of two > 1 (blocks counted by masks and shifts), else 0
         self._mask = self._block - 1 if self._block > 1 and not self._block & (self._block - 1) else 0
         self._shift = self._block.bit_length() - 1
+        self._num_blocks = limits.num_blocks
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0
@@ -685,7 +686,7 @@ class ServingState(ReplicaInbox):
         lim, timer, width = self.limits, self._timer, n + chunk
         kv0 = self.kv_used
         if (timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
-                or kv0 + num_steps * width + self.external_kv > lim.M or np.unique(idx).size != n + 1):
+                or kv0 + num_steps * width + self.external_kv > lim.M or self._repeats(idx)):
             return None
         if self._block > 1 and self._hybrid_blocks(m0, mx, chunk, num_steps) + self._external_blocks() \
                 > lim.num_blocks:
@@ -730,13 +731,21 @@ class ServingState(ReplicaInbox):
             self.admit_arrivals()
         return HybridSegment(idx, tokens, k, starts, durations, kv, running)
 
+    def _repeats(self, idx: np.ndarray) -> bool:
+        """Whether a request appears twice in ``idx`` (``_check_requests``' test: the last write of a repeated
+        index wins, so an earlier slot reads back a later one)."""
+        n = int(idx.size)
+        slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
+        self._slot[idx] = slots
+        return self._slot[idx].tobytes() != slots.tobytes()
+
     def _hybrid_blocks(self, m0: np.ndarray, mx: int, chunk: int, num_steps: int) -> int:
         """Blocks in use after ``num_steps`` batches of the decodes holding ``m0[:-1]`` and a (re)fill of ``chunk``
         tokens a batch from ``mx`` (``m0[-1]``): the decodes' as :meth:`_blocks_after_decodes` counts them, the
         (re)fill's ceil((mx + steps · chunk) / b) - ceil(mx / b) more."""
         kv_blocks = self.limits.kv_blocks
         dec_blocks = self._blocks_after_decodes(m0[:-1], num_steps)[0]
-        return dec_blocks + int(kv_blocks(mx + num_steps * chunk)) - int(kv_blocks(mx))
+        return dec_blocks + kv_blocks(mx + num_steps * chunk) - kv_blocks(mx)
 
     def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, kv_sum: int, num_steps: int,
                         next_arrival_s: float | None) -> DecodeSegment | None:
@@ -794,9 +803,13 @@ class ServingState(ReplicaInbox):
         (returned, in tokens)."""
         m = self.m
         self.completion_s[fin] = end_s
-        freed = sum(m[fin].tolist())     # (a few: Python ints cost less than a reduction)
+        held = m[fin].tolist()
+        freed = sum(held)     # (a few: Python ints cost less than a reduction)
         self.kv_used -= freed
-        if self._block > 1:
+        if self._mask:        # (their blocks, ceil(m / b), by shifts)
+            mask, shift = self._mask, self._shift
+            self.blocks_used -= sum([(x + mask) >> shift for x in held])
+        elif self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
         m[fin] = 0
         self.status[fin] = DONE
@@ -809,15 +822,17 @@ class ServingState(ReplicaInbox):
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,
         whose blocks, with those of the external KV, exceed M // block_size, or None): the count only grows
         with the steps."""
-        lim = self.limits
-        room = lim.num_blocks - self._external_blocks()
+        room = self._num_blocks - (self._external_blocks() if self.external_kv else 0)
         if self._mask:
             # a request with r = (-m) mod b free slots in its last block takes q new blocks in s = q b + t steps
             # (0 <= t < b), and one more if r < t: Σ kv_blocks(m0 + s) - Σ kv_blocks(m0) without the two sums
             q, t = divmod(num_steps, self._block)
-            last = self.blocks_used + int(m0.size) * q + int(np.count_nonzero(((-m0) & self._mask) < t))
+            last = self.blocks_used + m0.size * q
+            if t:
+                last += int(np.count_nonzero((-m0 & self._mask) < t))
             if last <= room:
                 return last, None
+        lim = self.limits
         base = self.blocks_used - int(lim.kv_blocks(m0).sum())
 
         def blocks(s: int) -> int:

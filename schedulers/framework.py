@@ -347,6 +347,9 @@ class GetNextBatch(Scheduler):
             # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used. A run ends with its last
             # request (apply_decode_run): no need to count the batches until then, only the KV bound can cut it
             return running, max((self._blocks - state.kv_used) // n, 0)
+        elif self._reserves_blocks:
+            # the same in blocks: Σ reserved = Σ ceil(m / b) = blocks_used, and only the KV bound can cut the run
+            return running, max(self._decode_steps(m, self._blocks - state.blocks_used), 0)
         else:
             horizon = int(_max(state.output_lens[running] - state.gen[running]))     # the last completion
         if not self._ef:
@@ -379,17 +382,24 @@ class GetNextBatch(Scheduler):
             return _NONE, 0, 0
         p = flags.index(1)
         f = min(self._C - n, self._P)
-        k = (int(inp[p]) - int(m[p]) - 1) // f          # whole chunks that leave some of its input
+        mx, ix = int(m[p]), int(inp[p])
+        k = (ix - mx - 1) // f          # whole chunks that leave some of its input
         if k < 1:
             return _NONE, 0, 0
-        dec = np.delete(running, p)
+        idx = np.concatenate((running[:p], running[p + 1:], running[p:p + 1]))     # the decodes, then x
+        dec = idx[:n]
         k = min(k, self._first_done(state, dec))       # (the last may complete requests)
         if not self._ef and k > 0:
-            free = self._blocks - int(_sum(self._reserved(state, running)))
-            k = min(k, free // n if self._bs == 1 else self._decode_steps(state.m[dec], free))
+            # reserved: the decodes' m (in blocks, ceil(m / b)), x its whole input: Σ m = kv_used, Σ ceil(m / b)
+            # = blocks_used over every running request
+            if self._bs == 1:
+                k = min(k, (self._blocks - (state.kv_used - mx + ix)) // n)
+            else:
+                free = self._blocks - (state.blocks_used - self._blk(mx) + self._blk(ix))
+                k = min(k, self._decode_steps(np.concatenate((m[:p], m[p + 1:])), free))
         if k < 1:
             return _NONE, 0, 0
-        return np.append(dec, running[p]), f, k
+        return idx, f, k
 
     @staticmethod
     def _first_done(state: ServingState, running: np.ndarray) -> int:
@@ -408,8 +418,8 @@ class GetNextBatch(Scheduler):
         if free < 0 or not n:
             return self._decode_steps_search(m, free)
         q, rem = divmod(free, n)
-        r = np.sort((-m) % self._bs)
-        return q * self._bs + int(r[rem])
+        r = -m & (self._bs - 1) if self._shift else (-m) % self._bs
+        return q * self._bs + int(_min(r) if not rem else np.partition(r, rem)[rem])
 
     def _decode_steps_search(self, m: np.ndarray, free: int) -> int:
         """:meth:`_decode_steps` by binary search over the blocks the steps take (the reference)."""
@@ -451,7 +461,11 @@ class GetNextBatch(Scheduler):
             per = 0 if self._ef else 1
             c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
             if self._bs > 1 and per:
-                c_new = self._decode_blocks(state.m[rest[:b.C]]).cumsum()
+                new = self._decode_blocks(state.m[rest[:b.C]])
+                total = int(np.count_nonzero(new))      # (a 0 or a 1 each)
+                if total <= b.mem and b.pins is None:   # all fit (usually): no prefix sums
+                    return rest, new.size, _ones(new.size), (new.size, 0, total, 0), DECODE
+                c_new = new.cumsum()
                 k = int(c_new.searchsorted(b.mem, "right"))
             else:
                 k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
@@ -477,9 +491,11 @@ class GetNextBatch(Scheduler):
                 if c_tok is not None:
                     own = self._blk(self._peak[rest] if self._ef else tok)
                     c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
-                    if self._wm:     # the head passed its own check above
+                    if self._wm and int(c_mem[-1]) > b.mem - self._wm:     # (the head passed its own check above)
                         fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
                         k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
+                    elif self._wm:   # all fit even with the watermark kept free after each (the gate is 0 or it)
+                        k = min(k, rest.size, b.run)
                     else:
                         k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
