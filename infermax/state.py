@@ -688,8 +688,8 @@ class ServingState(ReplicaInbox):
         if (timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
                 or kv0 + num_steps * width + self.external_kv > lim.M or self._repeats(idx)):
             return None
-        if self._block > 1 and self._hybrid_blocks(m0, mx, chunk, num_steps) + self._external_blocks() \
-                > lim.num_blocks:
+        blocks = self._hybrid_blocks(m0, mx, chunk, num_steps) if self._block > 1 else 0
+        if self._block > 1 and blocks + self._external_blocks() > self._num_blocks:
             return None        # (the blocks only grow along the run: the last batch holds the most)
         nxt = self.next_arrival_s
         stop = math.inf if nxt is None else nxt
@@ -713,7 +713,7 @@ class ServingState(ReplicaInbox):
         if mx and self._last_batch[x] < j - 1:     # a (re)fill resumed after a pause (apply's first batch)
             self.num_suspensions[x] += 1
         if self._block > 1:
-            self.blocks_used = self._hybrid_blocks(m0, mx, chunk, k)
+            self.blocks_used = blocks if k == num_steps else self._hybrid_blocks(m0, mx, chunk, k)
         self.m[dec] = m0[:n] + k
         self.m[x] = mx + k * chunk
         self.gen[dec] += k

@@ -396,7 +396,8 @@ class GetNextBatch(Scheduler):
                 k = min(k, (self._blocks - (state.kv_used - mx + ix)) // n)
             else:
                 free = self._blocks - (state.blocks_used - self._blk(mx) + self._blk(ix))
-                k = min(k, self._decode_steps(np.concatenate((m[:p], m[p + 1:])), free))
+                if n * -(-k // self._bs) > free:     # (k steps take at most ceil(k / b) blocks each: else all fit)
+                    k = min(k, self._decode_steps(np.concatenate((m[:p], m[p + 1:])), free))
         if k < 1:
             return _NONE, 0, 0
         return idx, f, k
