@@ -229,3 +229,43 @@ def test_a_hybrid_run_that_breaks_its_promise_is_refused():
     assert state.apply_hybrid_run(np.array([2, 2, 0]), 10, 1) is None     # (a duplicate: apply names the rule)
     with pytest.raises(ScheduleError, match="duplicate"):
         state.apply(np.array([2, 2, 0]), np.array([1, 1, 10]), np.zeros(0, dtype=np.int64))
+
+
+# --- workloads from lengths, checked at once ------------------------------------------------------------------------
+
+def _one_by_one(ins, outs, arrivals):
+    from infermax.types import Request, _plain
+    return tuple(Request(id=i, input_len=_plain(a), output_len=_plain(b), arrival_s=_plain(t, float))
+                 for i, (a, b, t) in enumerate(zip(ins, outs, arrivals)))
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), n=st.integers(1, 30), kind=st.sampled_from(["list", "int64", "int32"]),
+       times=st.sampled_from(["none", "float", "int", "np"]))
+def test_requests_checked_at_once_are_the_requests_built_one_by_one(data, n, kind, times):
+    ins = data.draw(st.lists(st.integers(1, 2**31 - 1), min_size=n, max_size=n))
+    outs = data.draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    if kind != "list":
+        ins, outs = np.array(ins, dtype=kind), np.array(outs, dtype=kind)
+    arrivals = {"none": None, "float": data.draw(st.lists(st.floats(0, 1e6), min_size=n, max_size=n)),
+                "int": data.draw(st.lists(st.integers(0, 10**6), min_size=n, max_size=n)),
+                "np": np.sort(np.random.default_rng(n).uniform(0, 100, n))}[times]
+    w = Workload.from_lengths(ins, outs, arrivals)
+    want = _one_by_one(list(ins), list(outs), [0.0] * n if arrivals is None else list(arrivals))
+    assert w.requests == want
+    assert [tuple(map(type, (r.id, r.input_len, r.output_len, r.arrival_s))) for r in w.requests] == \
+        [tuple(map(type, (r.id, r.input_len, r.output_len, r.arrival_s))) for r in want]
+
+
+@pytest.mark.parametrize("ins,outs,arrivals,message", [
+    ([1, True], [1, 1], None, "Request.input_len must be an integer, got true"),
+    ([1, 0], [1, 1], None, "Request.input_len must be >= 1, got 0"),
+    ([1, 2.0], [1, 1], None, "Request.input_len must be an integer, got 2.0"),
+    ([1, 1], [1, 2**31], None, "Request.output_len must be <= 2^31 - 1"),
+    ([1, 1], [1, 1], [0.0, float("nan")], "Request.arrival_s must be finite and >= 0.0, got nan"),
+    ([1, 1], [1, 1], [0.0, -1.0], "Request.arrival_s must be finite and >= 0.0, got -1.0"),
+    ([1, 1], [1, 1], [0.0, False], "Request.arrival_s must be a number, got false"),
+])
+def test_a_bad_length_or_arrival_is_named_as_ever(ins, outs, arrivals, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("^", r"\^")):
+        Workload.from_lengths(ins, outs, arrivals)
