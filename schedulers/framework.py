@@ -36,7 +36,7 @@ import numpy as np
 
 from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
 from infermax.policy import Policy
-from infermax.state import RUNNING, WAITING, ServingState
+from infermax.state import RUNNING, WAITING, ServingState, _count_nonzero
 
 from .base import Plan, Scheduler
 from .lookahead import Admission
@@ -420,7 +420,10 @@ class GetNextBatch(Scheduler):
             return self._decode_steps_search(m, free)
         q, rem = divmod(free, n)
         r = -m & (self._bs - 1) if self._shift else (-m) % self._bs
-        return q * self._bs + int(_min(r) if not rem else np.partition(r, rem)[rem])
+        if rem:
+            r.partition(rem)     # (in place: r is this call's own array)
+            return q * self._bs + int(r[rem])
+        return q * self._bs + int(_min(r))
 
     def _decode_steps_search(self, m: np.ndarray, free: int) -> int:
         """:meth:`_decode_steps` by binary search over the blocks the steps take (the reference)."""
@@ -463,7 +466,7 @@ class GetNextBatch(Scheduler):
             c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
             if self._bs > 1 and per:
                 new = self._decode_blocks(state.m[rest[:b.C]])
-                total = int(np.count_nonzero(new))      # (a 0 or a 1 each)
+                total = int(_count_nonzero(new))      # (a 0 or a 1 each)
                 if total <= b.mem and b.pins is None:   # all fit (usually): no prefix sums
                     return rest, new.size, _ones(new.size), (new.size, 0, total, 0), DECODE
                 c_new = new.cumsum()

@@ -269,3 +269,30 @@ def test_requests_checked_at_once_are_the_requests_built_one_by_one(data, n, kin
 def test_a_bad_length_or_arrival_is_named_as_ever(ins, outs, arrivals, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("^", r"\^")):
         Workload.from_lengths(ins, outs, arrivals)
+
+
+@pytest.mark.parametrize("name", ["vllm-real", "sarathi-real", "vllm:watermark=0.01"])
+def test_the_blocks_in_use_are_the_running_requests_blocks_at_every_decision(name, monkeypatch):
+    """What the presets read instead of summing reservations (``state.blocks_used`` as Σ ceil(m / b) over the
+    running requests, ``state.kv_used`` as Σ m) holds at every decision, through evictions, completions and
+    decode and hybrid runs."""
+    from infermax.schedulers.framework import GetNextBatch
+    from infermax.state import RUNNING
+    seen = []
+    decide = GetNextBatch.next_batch
+
+    def checked(self, state):
+        running = state.status == RUNNING
+        m = state.m[running]
+        assert state.kv_used == int(m.sum())
+        if state.limits.block_size > 1:
+            assert state.blocks_used == int(_ceil_blocks(m, state.limits.block_size).sum())
+        seen.append(int(running.sum()))
+        return decide(self, state)
+
+    monkeypatch.setattr(GetNextBatch, "next_batch", checked)
+    for seed, online in ((4, False), (5, True)):
+        w, lim = _hybrid_instance(seed, 80, online, 1 if "real" in name else 16)
+        result = simulate(w, name, lim.replace(C=2048))      # (vLLM admits a prompt whole)
+        assert result.metrics["num_evictions"] > 0 or online
+    assert max(seen) > 5
