@@ -16,14 +16,26 @@ overloaded) and the peak RSS of the process so far (B grows, so it is the peak
 of the largest run). The first size is run --repeat times (best kept) after a
 warm-up run; the others once.
 
+``--cells`` (issue 41): the cells of the side by side with Vidur, each with the plain scheduler and its
+``-real`` preset: CPU µs per batch of the whole ``simulate`` call (workload parsing and metrics included),
+the preset/plain ratio, and — with ``--baseline-python PY`` — the same for another checkout's code (the
+interpreter whose ``infermax`` is that checkout, e.g. the system python of /work/main), alternated with
+this one repetition by repetition (each repetition of each side a fresh process, run from /tmp): the
+before/after ratio per cell, median and min-max of the paired repetitions.
+
     python benchmarks/simulate_bench.py [--repeat 3] [--workload SPEC]
     python benchmarks/simulate_bench.py --scale [--sizes 1K,10K,100K,1M] [--schedulers vllm,sarathi]
+    python benchmarks/simulate_bench.py --cells [--repeat 3] [--baseline-python /usr/bin/python3]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -102,6 +114,74 @@ def scale(args) -> None:
             del w
 
 
+#: (cell, workload, limits, plain scheduler, its preset): issue 41's cells. The conversation trace (5.6 requests/s
+#: as recorded) is compressed to 4/s (time_scale = 4 / 5.595); C = 16384 admits its longest prompt (14,050 tokens)
+#: whole, as the plain vLLM needs.
+CELLS = [("vLLM B=1024 I=O=1024", "fixed:I=1024,O=1024,B=1024", "M=100000,C=4096", "vllm:R_max=512",
+          "vllm-real:R_max=512"),
+         ("Sarathi-512 B=1024 I=O=1024", "fixed:I=1024,O=1024,B=1024", "M=100000,C=4096", "sarathi:R_max=512",
+          "sarathi-real:R_max=512"),
+         ("vLLM B=1024 I=256 O=32", "fixed:I=256,O=32,B=1024", "M=100000,C=4096", "vllm", "vllm-real"),
+         ("vLLM conv 10K @ 4/s", "trace:splitwise_conv,n=10000,time_scale=0.715", "M=100000,C=16384", "vllm",
+          "vllm-real"),
+         ("Sarathi-512 conv 10K @ 4/s", "trace:splitwise_conv,n=10000,time_scale=0.715", "M=100000,C=16384",
+          "sarathi", "sarathi-real")]
+
+
+def worker(runs: list[list[str]]) -> None:
+    """One repetition: each (workload, limits, scheduler) once, after a warm-up (imports, the cost model); prints
+    {"workload|limits|scheduler": [CPU s of the whole simulate call, batches]} as JSON."""
+    simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096")
+    out = {}
+    for spec, limits, name in runs:
+        c0 = time.process_time()
+        res = simulate(spec, name, limits)
+        out["|".join((spec, limits, name))] = [time.process_time() - c0, int(res.metrics["num_batches"])]
+    print(json.dumps(out))
+
+
+def _repetition(python: str, runs: list[list[str]]) -> dict[str, list]:
+    done = subprocess.run([python, os.path.abspath(__file__), "--worker", json.dumps(runs)], cwd=tempfile.gettempdir(),
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def cells(args) -> None:
+    runs = [[spec, lim, name] for _, spec, lim, plain, preset in CELLS for name in (plain, preset)]
+    sides = {"after": sys.executable, **({"before": args.baseline_python} if args.baseline_python else {})}
+    got: dict[str, list[dict[str, list]]] = {side: [] for side in sides}
+    for r in range(args.repeat):       # alternated, the order flipped every repetition
+        for side in (sorted(sides) if r % 2 else sorted(sides, reverse=True)):
+            got[side].append(_repetition(sides[side], runs))
+            print(f"  repetition {r + 1}/{args.repeat}: {side} done", file=sys.stderr, flush=True)
+
+    def per_batch(side: str, key: str) -> list[float]:
+        return [rep[key][0] / rep[key][1] * 1e6 for rep in got[side]]
+
+    print(f"CPU us per batch, whole simulate call, median of {args.repeat} (this code: {sys.executable}"
+          + (f"; before: {args.baseline_python}" if args.baseline_python else "") + ")")
+    head = f"{'cell':>28} {'scheduler':>24} {'batches':>8} {'after':>7}"
+    if "before" in sides:
+        head += f" {'before':>7} {'speed-up (min-max)':>20}"
+    print(head)
+    for cell, spec, lim, plain, preset in CELLS:
+        for name in (plain, preset):
+            key = "|".join((spec, lim, name))
+            after = per_batch("after", key)
+            line = f"{cell:>28} {name:>24} {got['after'][0][key][1]:8d} {statistics.median(after):7.1f}"
+            if "before" in sides:
+                before = per_batch("before", key)
+                ratios = [b / a for b, a in zip(before, after)]
+                line += (f" {statistics.median(before):7.1f} {statistics.median(ratios):7.2f}x "
+                         f"({min(ratios):.2f}-{max(ratios):.2f})")
+            print(line)
+        for side in sides:
+            ratio = [p / q for p, q in zip(per_batch(side, "|".join((spec, lim, preset))),
+                                           per_batch(side, "|".join((spec, lim, plain))))]
+            print(f"{cell:>28} {'preset/plain (' + side + ')':>24} {'':>8} {statistics.median(ratio):6.2f}x "
+                  f"({min(ratio):.2f}-{max(ratio):.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workload", default="fixed:I=1024,O=1024,B=1024")
@@ -110,8 +190,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scale", action="store_true", help="time per batch against the trace length (issue 19)")
     ap.add_argument("--sizes", default="1K,10K,100K,1M", help="with --scale: numbers of requests")
+    ap.add_argument("--cells", action="store_true", help="issue 41's cells: plain and -real presets, CPU per batch")
+    ap.add_argument("--baseline-python", default=None,
+                    help="with --cells: an interpreter whose infermax is the code to compare with (before)")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
-    scale(args) if args.scale else default(args)
+    if args.worker is not None:
+        worker(json.loads(args.worker))
+    elif args.cells:
+        cells(args)
+    else:
+        scale(args) if args.scale else default(args)
 
 
 if __name__ == "__main__":

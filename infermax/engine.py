@@ -180,7 +180,34 @@ class ReplicaRunner:
             run, steps = sched.decode_run(self.seen, plan)
             if steps > 0:
                 self._decodes(run, steps)
+            elif not state.hands_off:
+                hybrid = getattr(sched, "hybrid_run", None)
+                run, chunk, steps = hybrid(self.seen, plan) if hybrid is not None else (run, 0, 0)
+                if steps > 0:
+                    self._hybrid(run, chunk, steps)
         return True
+
+    def _hybrid(self, run: np.ndarray, chunk: int, steps: int) -> None:
+        """Apply and record up to ``steps`` promised hybrid batches (the decodes ``run[:-1]`` and ``chunk`` tokens
+        of the (re)fill ``run[-1]``), stopping before the first that would start at or after the next arrival
+        (the scheduler looks again then). In closed form when the state can (``apply_hybrid_run``), else one
+        by one through ``apply``, which names a broken rule."""
+        state, ids = self.state, self.ids
+        seg = state.apply_hybrid_run(run, chunk, steps)
+        if seg is not None:
+            if seg.num_batches:
+                self.out.add(Batch.trusted(ids[run], seg.tokens, _NO_IDS, 0.0), seg.num_batches)
+                self.recorder.add_hybrid_segment(seg)
+            return
+        tokens = np.ones(run.size, dtype=np.int64)
+        tokens[-1] = chunk
+        for _ in range(steps):
+            nxt = state.next_arrival_s
+            if nxt is not None and state.clock_s >= nxt:
+                return
+            start, duration, record = state.apply(run, tokens, _NO_IDS)
+            self.out.add(Batch.trusted(ids[run], tokens, _NO_IDS, 0.0))
+            self.recorder.add(start, duration, record)
 
     def _decodes(self, run: np.ndarray, steps: int) -> bool:
         """Apply and record up to ``steps`` promised decode batches of ``run``. When the horizon cut them

@@ -34,6 +34,10 @@ from .types import Limits, Workload
 # the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
 # small arrays of the hot paths (the same reduction, so the same results)
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
+try:        # np.count_nonzero without its Python-level wrapper (the same count, a quarter of the call's cost)
+    from numpy._core._multiarray_umath import count_nonzero as _count_nonzero
+except ImportError:     # pragma: no cover - another NumPy layout
+    _count_nonzero = np.count_nonzero
 # the is_decode of a batch of one request, read-only (ServingState._apply_one)
 _ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
 _DONE_BYTE = bytes([DONE])      # a DONE status among the statuses' bytes (ServingState._not_done)
@@ -69,6 +73,20 @@ class DecodeSegment(NamedTuple):
     and the KV tokens held during it; ``num_running`` requests held KV during each."""
 
     idx: np.ndarray
+    num_batches: int
+    starts_s: list[float]
+    durations_s: list[float]
+    kv_tokens: range
+    num_running: int
+
+
+class HybridSegment(NamedTuple):
+    """``num_batches`` identical hybrid batches, as :meth:`ServingState.apply_hybrid_run` applied them: the
+    decodes ``idx[:-1]`` (a token each) and the (re)fill ``idx[-1]`` (``tokens[-1]`` tokens a batch); per
+    batch its start and duration (s) and the KV tokens held during it; ``num_running`` requests held KV."""
+
+    idx: np.ndarray
+    tokens: np.ndarray
     num_batches: int
     starts_s: list[float]
     durations_s: list[float]
@@ -112,6 +130,10 @@ class ServingState(ReplicaInbox):
         self.kv_used = 0            # Σ m over requests holding KV
         self.blocks_used = 0        # Σ ceil(m / block_size) (kept only when block_size > 1)
         self._block = limits.block_size
+        # block_size - 1 and its log2 when it is a power of two > 1 (blocks counted by masks and shifts), else 0
+        self._mask = self._block - 1 if self._block > 1 and not self._block & (self._block - 1) else 0
+        self._shift = self._block.bit_length() - 1
+        self._num_blocks = limits.num_blocks
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0
@@ -325,7 +347,10 @@ class ServingState(ReplicaInbox):
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
         kv, running = self.kv_used + num_tokens, self.num_running + num_new
-        blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens)
+        new_blocks = None
+        if self._mask and one >= -(num_decode == n) and tokens.dtype.kind == "i":   # (decodes: 1 token each, checked)
+            new_blocks = self._new_blocks(m0, num_decode == n, one, int(tokens[one]) if one >= 0 else 0)
+        blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens, new_blocks)
         # 4. time
         if extra is None:
             if self._timer is not None and one >= -(num_decode == n) and tokens.dtype.kind == "i":
@@ -387,7 +412,8 @@ class ServingState(ReplicaInbox):
         num_prefill_tokens = 0 if decode else c
         kv, running = self.kv_used + c, self.num_running + new
         m0_arr = self.m[idx]
-        blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens)
+        new_blocks = ((m1 + self._mask) >> self._shift) - ((m0 + self._mask) >> self._shift) if self._mask else None
+        blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens, new_blocks)
         if self._timer is not None and tokens.dtype.kind == "i":
             duration = self._timer(1, c, int(decode), m1, c, m0) if decode else self._timer(1, c, 0, 0, c, m0)
         else:
@@ -477,6 +503,18 @@ class ServingState(ReplicaInbox):
             raise ScheduleError(j, "tokens", f"c = {int(tokens[k])} < 1", int(self.workload.ids[idx[k]]))
         return num_new
 
+    def _new_blocks(self, m0: np.ndarray, all_decode: bool, one: int, c: int) -> int:
+        """The KV blocks a batch of decodes (one token each) and, unless ``all_decode``, one (re)fill at
+        position ``one`` processing ``c`` tokens adds, for a power-of-two block size (``_mask``): a decode
+        takes a new block exactly when its KV fills whole blocks (m mod b = 0), the (re)fill
+        ceil((m + c) / b) - ceil(m / b). The same count as Σ kv_blocks(m0 + tokens) - kv_blocks(m0)."""
+        mask = self._mask
+        full = _count_nonzero((m0 & mask) == 0)
+        if all_decode:
+            return full
+        m = int(m0[one])
+        return full - (not m & mask) + ((m + c + mask) >> self._shift) - ((m + mask) >> self._shift)
+
     def _check_chunks(self, j: int, idx: np.ndarray, tokens: np.ndarray, m0: np.ndarray, inp0: np.ndarray,
                       m1: np.ndarray, is_decode: np.ndarray, num_tokens: int, num_decode: int, one: int) -> None:
         """Each decode of batch ``j`` processes exactly 1 token and each (re)fill at most the input tokens
@@ -501,9 +539,10 @@ class ServingState(ReplicaInbox):
                                 f"{int(inp0[k] - m0[k])} input tokens left", int(ids[idx[k]]))
 
     def _check_limits(self, j: int, num_tokens: int, num_prefill_tokens: int, kv: int, running: int,
-                      m0: np.ndarray, tokens: np.ndarray) -> int:
+                      m0: np.ndarray, tokens: np.ndarray, new_blocks: int | None = None) -> int:
         """Batch ``j`` keeps C, P, M (and M in blocks) and R_max (``apply``, step 3); returns the blocks in
-        use after it (0 when block_size is 1)."""
+        use after it (0 when block_size is 1). ``new_blocks``: the blocks the batch adds, when the caller
+        has them (:meth:`_new_blocks`); else counted from ``m0`` and ``tokens``."""
         lim = self.limits
         if num_tokens > lim.C:
             raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
@@ -514,7 +553,9 @@ class ServingState(ReplicaInbox):
             raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{held} > M = {lim.M}")
         blocks = 0
         if self._block > 1:
-            blocks = self.blocks_used + int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
+            if new_blocks is None:
+                new_blocks = int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
+            blocks = self.blocks_used + new_blocks
             if blocks + self._external_blocks() > lim.num_blocks:
                 raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
                                     f"blocks of block_size = "
@@ -615,6 +656,101 @@ class ServingState(ReplicaInbox):
             self.admit_arrivals()
         return segments
 
+    def apply_hybrid_run(self, idx: np.ndarray, chunk: int, num_steps: int) -> HybridSegment | None:
+        """Run up to ``num_steps`` batches of the decodes ``idx[:-1]`` (a token each) and the (re)fill ``idx[-1]``
+        (``chunk`` tokens each batch) — a prefill chunk advancing alongside decodes, in closed form (the
+        simulator's fast path, as :meth:`apply_decode_run` is for decodes alone).
+
+        Equivalent, batch for batch and bit for bit, to calling :meth:`apply` with these requests and tokens
+        that many times, stopping before the first batch that would start at or after the next arrival. Only
+        its last batch may complete requests, and none may end the (re)fill (``ScheduleError`` "hybrid-run"
+        otherwise). None,
+        with nothing applied, when the batches are not timed from their sums (a cost model with its own
+        ``batch_time``) or one of them would break a rule: then apply them one by one (which names it).
+        """
+        j, n = self.num_batches, int(idx.size) - 1
+        m0, inp0 = self.m[idx], self.inp[idx]
+        mx, ix = int(m0[n]), int(inp0[n])
+        # (the statuses and the flags as bytes: counted and searched without a NumPy call)
+        if (n < 1 or chunk < 1 or self.status[idx].tobytes().count(RUNNING) != n + 1
+                or 1 in (m0[:n] < inp0[:n]).tobytes() or mx >= ix):
+            raise ScheduleError(j, "hybrid-run", "a hybrid run holds running decode-phase requests and, last, one "
+                                "running request in (re)fill, and processes at least one token of it")
+        dec = idx[:n]
+        if mx + num_steps * chunk >= ix:
+            raise ScheduleError(j, "hybrid-run", f"the (re)fill of request {int(self.workload.ids[idx[n]])} "
+                                f"would reach its input within the run")
+        left = self.output_lens[dec] - self.gen[dec]      # batches until each decode completes (>= 1)
+        first_done = int(_min(left))
+        if num_steps > first_done:
+            raise ScheduleError(j, "hybrid-run", "a request would complete before the last batch of a hybrid run")
+        if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
+            raise ScheduleError(j, "hybrid-run", "a hybrid run may not hold a request that leaves this replica "
+                                "after its first token (hand_off)")
+        lim, timer, width = self.limits, self._timer, n + chunk
+        kv0 = self.kv_used
+        if (timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
+                or kv0 + num_steps * width + self.external_kv > lim.M or self._repeats(idx)):
+            return None
+        blocks = self._hybrid_blocks(m0, mx, chunk, num_steps) if self._block > 1 else 0
+        if self._block > 1 and blocks + self._external_blocks() > self._num_blocks:
+            return None        # (the blocks only grow along the run: the last batch holds the most)
+        nxt = self.next_arrival_s
+        stop = math.inf if nxt is None else nxt
+        s_dec = int(_sum(m0[:n]))
+        t, starts, durations = self.clock_s, [], []
+        for k in range(num_steps):
+            if t >= stop:
+                break
+            # apply's timer arguments: n + 1 requests, n + chunk tokens, n decodes reading Σ (m + 1), the chunk
+            d = timer(n + 1, width, n, n + s_dec + k * n, chunk, mx + k * chunk)
+            starts.append(t)
+            durations.append(d)
+            t = t + d        # (apply's end = start + duration)
+        k = len(durations)
+        tokens = np.ones(n + 1, dtype=np.int64)
+        tokens[n] = chunk
+        tokens.setflags(write=False)
+        if not k:
+            return HybridSegment(idx, tokens, 0, starts, durations, range(0), self.num_running)
+        x = int(idx[n])
+        if mx and self._last_batch[x] < j - 1:     # a (re)fill resumed after a pause (apply's first batch)
+            self.num_suspensions[x] += 1
+        if self._block > 1:
+            self.blocks_used = blocks if k == num_steps else self._hybrid_blocks(m0, mx, chunk, k)
+        self.m[dec] = m0[:n] + k
+        self.m[x] = mx + k * chunk
+        self.gen[dec] += k
+        self.decode_tokens_left -= n * k
+        self.prefill_tokens_left -= chunk * k
+        self._last_batch[idx] = j + k - 1
+        kv = range(kv0 + width, kv0 + width * k + 1, width)     # held during each batch
+        self.kv_used = kv[-1]
+        running = self.num_running
+        if k == first_done:     # the last batch completes decodes (apply's _generate, at its end)
+            self._complete(dec[left == k], t)
+        self.clock_s = t
+        self.num_batches = j + k
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return HybridSegment(idx, tokens, k, starts, durations, kv, running)
+
+    def _repeats(self, idx: np.ndarray) -> bool:
+        """Whether a request appears twice in ``idx`` (``_check_requests``' test: the last write of a repeated
+        index wins, so an earlier slot reads back a later one)."""
+        n = int(idx.size)
+        slots = self._arange[:n] if n <= self._arange.size else np.arange(n)
+        self._slot[idx] = slots
+        return self._slot[idx].tobytes() != slots.tobytes()
+
+    def _hybrid_blocks(self, m0: np.ndarray, mx: int, chunk: int, num_steps: int) -> int:
+        """Blocks in use after ``num_steps`` batches of the decodes holding ``m0[:-1]`` and a (re)fill of ``chunk``
+        tokens a batch from ``mx`` (``m0[-1]``): the decodes' as :meth:`_blocks_after_decodes` counts them, the
+        (re)fill's ceil((mx + steps · chunk) / b) - ceil(mx / b) more."""
+        kv_blocks = self.limits.kv_blocks
+        dec_blocks = self._blocks_after_decodes(m0[:-1], num_steps)[0]
+        return dec_blocks + kv_blocks(mx + num_steps * chunk) - kv_blocks(mx)
+
     def _decode_segment(self, idx: np.ndarray, m0: np.ndarray, kv_sum: int, num_steps: int,
                         next_arrival_s: float | None) -> DecodeSegment | None:
         """Up to ``num_steps`` identical decode batches of ``idx`` (holding ``m0``, ``kv_sum`` in all) completing
@@ -671,9 +807,13 @@ class ServingState(ReplicaInbox):
         (returned, in tokens)."""
         m = self.m
         self.completion_s[fin] = end_s
-        freed = sum(m[fin].tolist())     # (a few: Python ints cost less than a reduction)
+        held = m[fin].tolist()
+        freed = sum(held)     # (a few: Python ints cost less than a reduction)
         self.kv_used -= freed
-        if self._block > 1:
+        if self._mask:        # (their blocks, ceil(m / b), by shifts)
+            mask, shift = self._mask, self._shift
+            self.blocks_used -= sum([(x + mask) >> shift for x in held])
+        elif self._block > 1:
             self.blocks_used -= int(self.limits.kv_blocks(m[fin]).sum())
         m[fin] = 0
         self.status[fin] = DONE
@@ -686,9 +826,18 @@ class ServingState(ReplicaInbox):
         """(blocks in use after ``num_steps`` decodes of requests holding ``m0``, the first step, from 0,
         whose blocks, with those of the external KV, exceed M // block_size, or None): the count only grows
         with the steps."""
+        room = self._num_blocks - (self._external_blocks() if self.external_kv else 0)
+        if self._mask:
+            # a request with r = (-m) mod b free slots in its last block takes q new blocks in s = q b + t steps
+            # (0 <= t < b), and one more if r < t: Σ kv_blocks(m0 + s) - Σ kv_blocks(m0) without the two sums
+            q, t = divmod(num_steps, self._block)
+            last = self.blocks_used + m0.size * q
+            if t:
+                last += int(_count_nonzero((-m0 & self._mask) < t))
+            if last <= room:
+                return last, None
         lim = self.limits
         base = self.blocks_used - int(lim.kv_blocks(m0).sum())
-        room = lim.num_blocks - self._external_blocks()
 
         def blocks(s: int) -> int:
             return base + int(lim.kv_blocks(m0 + s).sum())
@@ -705,5 +854,5 @@ class ServingState(ReplicaInbox):
 _STATUS = {FUTURE: "not arrived", WAITING: "waiting", RUNNING: "running", DONE: "finished"}
 
 
-__all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "RUNNING", "ScheduleError", "ServingState", "Status",
-           "WAITING"]
+__all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "HybridSegment", "RUNNING", "ScheduleError",
+           "ServingState", "Status", "WAITING"]

@@ -21,8 +21,8 @@ class StateView:
 
     __slots__ = ("_state",)
     #: what changes a ServingState: the engine's alone
-    TRANSITIONS = frozenset({"apply", "apply_decode_run", "advance_clock", "admit_arrivals", "dispatch", "receive",
-                             "hand_off", "_take_kv", "_queue", "_complete", "_decode_segment"})
+    TRANSITIONS = frozenset({"apply", "apply_decode_run", "apply_hybrid_run", "advance_clock", "admit_arrivals",
+                             "dispatch", "receive", "hand_off", "_take_kv", "_queue", "_complete", "_decode_segment"})
 
     def __init__(self, state: ServingState) -> None:
         object.__setattr__(self, "_state", state)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .state import BatchRecord, DecodeSegment, ServingState
+from .state import BatchRecord, DecodeSegment, HybridSegment, ServingState
 
 BATCH_FIELDS = ("start_s", "duration_s", *BatchRecord._fields)
 REQUEST_FIELDS = ("id", "input_len", "output_len", "arrival_s", "first_scheduled_s",
@@ -101,6 +101,19 @@ class TraceRecorder:
         n = int(segment.idx.size)
         # a BatchRecord's fields, in order, per batch: all the same but kv_tokens (field 4), filled in after
         records = [n, n, 0, n, 0, segment.num_running, 0] * segment.num_batches
+        records[4::7] = segment.kv_tokens
+        self._records.extend(records)
+        if len(self._starts) >= self.CHUNK_BATCHES:
+            self._flush()
+
+    def add_hybrid_segment(self, segment: HybridSegment) -> None:
+        """The batches of a fast-forwarded hybrid run (:meth:`ServingState.apply_hybrid_run`): the decodes and
+        one (re)fill chunk each, so the BatchRecord of each is the same but its kv_tokens (field 4)."""
+        k = segment.num_batches
+        self._starts.extend(segment.starts_s)
+        self._durations.extend(segment.durations_s)
+        n, c = int(segment.idx.size), int(segment.tokens[-1])
+        records = [n, n - 1 + c, c, n - 1, 0, segment.num_running, 0] * k
         records[4::7] = segment.kv_tokens
         self._records.extend(records)
         if len(self._starts) >= self.CHUNK_BATCHES:

@@ -161,6 +161,38 @@ def _plain(value: Any, kind: type = int) -> Any:
     return value
 
 
+_INT_TYPES = frozenset({int, np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8})
+_REAL_TYPES = _INT_TYPES | {float, np.float64, np.float32}
+
+
+def _checked_requests(ins: list, outs: list, arrivals: list) -> tuple[Request, ...] | None:
+    """``from_lengths``' requests, checked at once rather than one by one, when every length is an integer (not
+    a bool) in [1, MAX_TOKENS] and every arrival a finite number >= 0 — what ``Request`` checks — with the
+    values ``_plain`` gives (Python ints and floats); None otherwise (the requests are then built one by one,
+    and the first bad value named)."""
+    if not ins or not set(map(type, ins)) | set(map(type, outs)) <= _INT_TYPES \
+            or not set(map(type, arrivals)) <= _REAL_TYPES:
+        return None
+    if min(ins) < 1 or min(outs) < 1 or max(ins) > MAX_TOKENS or max(outs) > MAX_TOKENS:
+        return None
+    times = np.asarray(arrivals, dtype=np.float64)
+    if not np.isfinite(times).all() or times.min() < 0.0:
+        return None
+    new, put = object.__new__, object.__setattr__
+    out = []
+    for i, a, b, t in zip(range(len(ins)), map(int, ins), map(int, outs), times.tolist()):
+        r = new(Request)
+        put(r, "id", i)
+        put(r, "input_len", a)
+        put(r, "output_len", b)
+        put(r, "arrival_s", t)
+        put(r, "ttft_slo_s", None)
+        put(r, "tpot_slo_s", None)
+        put(r, "tag", None)
+        out.append(r)
+    return tuple(out)
+
+
 @dataclass(frozen=True, kw_only=True, init=False)
 class Workload:
     """An ordered set of requests with unique ids.
@@ -279,6 +311,9 @@ class Workload:
         arr = [0.0] * len(ins) if arrivals_s is None else list(arrivals_s)
         if len(arr) != len(ins):
             raise ValueError(f"arrivals_s has {len(arr)} values for {len(ins)} requests")
+        fast = _checked_requests(ins, outs, arr)
+        if fast is not None:
+            return cls(requests=fast, name=name)
         return cls(requests=tuple(Request(id=i, input_len=_plain(a), output_len=_plain(b), arrival_s=_plain(t, float))
                                   for i, (a, b, t) in enumerate(zip(ins, outs, arr))), name=name)
 
@@ -380,8 +415,12 @@ class Limits:
         return self.M // self.block_size
 
     def kv_blocks(self, tokens: Any) -> Any:
-        """Blocks that ``tokens`` KV tokens occupy, ceil(tokens / block_size) (int or array)."""
-        return -(-tokens // self.block_size)
+        """Blocks that ``tokens`` KV tokens occupy, ceil(tokens / block_size) (int or array). For integers and a
+        power-of-two block size, as floor((tokens + b - 1) / b) by a shift: the same numbers, one NumPy call fewer."""
+        b = self.block_size
+        if not b & (b - 1) and (type(tokens) is int or getattr(tokens, "dtype", None) == np.int64):
+            return (tokens + (b - 1)) >> (b.bit_length() - 1)
+        return -(-tokens // b)
 
     def replace(self, **changes: Any) -> "Limits":
         data = self.to_dict()

@@ -75,6 +75,15 @@ class Scheduler(ABC):
         (the default) means "ask me every batch"."""
         return plan.idx[:0], 0
 
+    def hybrid_run(self, state: "ServingState", plan: Plan) -> tuple[np.ndarray, int, int]:
+        """After ``plan`` was applied: requests ``idx``, a chunk ``c`` and a number of batches ``k`` such that,
+        barring arrivals, this scheduler's next ``k`` batches would each be the decodes ``idx[:-1]`` (a token
+        each, in that order) and ``c`` tokens of the (re)fill ``idx[-1]``, no request completing and the
+        (re)fill not reaching its input within them — a promise that lets the engine fast-forward a prefill
+        chunk advancing alongside decodes (``ServingState.apply_hybrid_run``). ``k = 0`` (the default) means
+        "ask me every batch"."""
+        return plan.idx[:0], 0, 0
+
     def set_kv_budget(self, state: "ServingState", held_tokens: int) -> None:
         """The cluster layer holds ``held_tokens`` of this replica's KV for work scheduled elsewhere.
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
 from infermax.policy import Policy
-from infermax.state import RUNNING, WAITING, ServingState
+from infermax.state import RUNNING, WAITING, ServingState, _count_nonzero
 
 from .base import Plan, Scheduler
 from .lookahead import Admission
@@ -151,9 +151,14 @@ class GetNextBatch(Scheduler):
                              f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef "
                              f"variant)")
         self._bs = lim.block_size
+        # log2 of the block size when it is a power of two > 1 (blocks by shifts and masks), else 0
+        self._shift = self._bs.bit_length() - 1 if self._bs > 1 and not self._bs & (self._bs - 1) else 0
         # each running request reserves its max(m, inp) tokens of KV (so a decoding one its m): token-granular
         # KV, evicting; then when every running request decodes, Σ reserved = Σ m = state.kv_used
         self._reserves_m = self._bs == 1 and not self._ef
+        # the same in blocks: when every running request decodes, each reserves ceil(m / block_size) blocks, so
+        # Σ reserved = state.blocks_used (which the state keeps when block_size > 1)
+        self._reserves_blocks = self._bs > 1 and not self._ef
         self._blocks = lim.num_blocks          # the KV budget, in blocks (tokens when block_size is 1)
         self._wm = int(p.watermark * self._blocks)
         self._C = min(p.C, lim.C) if p.C is not None else lim.C
@@ -164,6 +169,10 @@ class GetNextBatch(Scheduler):
         self._admission = Admission(self._P, self._R, p.priority, p.hybrid, p.stagger) if p.lookahead else None
         self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
                               active=not (self._ef or p.lookahead), block=self._bs)
+        # hybrid runs (hybrid_run): decode priority with hybrid batches and chunked prefill, a static order, no
+        # look-ahead or pins, and this class's own hooks (a subclass may group or fill otherwise)
+        self._hybrid_runs = (type(self) is GetNextBatch and p.priority == "decode" and p.hybrid and p.chunked_prefill
+                             and not self._dynamic and self._admission is None and not self._pins.active)
         if not p.chunked_prefill:
             cap = self._cap
             too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
@@ -228,8 +237,14 @@ class GetNextBatch(Scheduler):
 
     # --- the loop ------------------------------------------------------------------------
     def _blk(self, tokens):
-        """KV blocks that ``tokens`` take (tokens themselves when block_size is 1)."""
-        return tokens if self._bs == 1 else -(-tokens // self._bs)
+        """KV blocks that ``tokens`` take (tokens themselves when block_size is 1): ceil(tokens / block_size),
+        as a shift when the block size is a power of two (floor((t + b - 1) / b) = ceil(t / b) for every
+        integer t; one NumPy call fewer than the negated floor division)."""
+        if self._bs == 1:
+            return tokens
+        if self._shift:
+            return (tokens + (self._bs - 1)) >> self._shift
+        return -(-tokens // self._bs)
 
     def _reserved(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """KV blocks reserved by running requests ``idx``."""
@@ -238,7 +253,10 @@ class GetNextBatch(Scheduler):
         return self._blk(np.maximum(state.m[idx], state.inp[idx]))
 
     def _decode_blocks(self, m: np.ndarray) -> np.ndarray:
-        """New blocks a decode needs at ``m`` KV tokens: 1 when its last block is full."""
+        """New blocks a decode needs at ``m`` KV tokens: 1 when its last block is full (ceil((m + 1) / b) -
+        ceil(m / b) is 1 exactly when b divides m; with a power-of-two block, its low bits are 0)."""
+        if self._shift:
+            return (m & (self._bs - 1)) == 0 if isinstance(m, np.ndarray) else int(m % self._bs == 0)
         return self._blk(m + 1) - self._blk(m)
 
     def _gate(self, b: _Builder, c_mem: np.ndarray, mem: np.ndarray, new: np.ndarray) -> np.ndarray:
@@ -255,10 +273,13 @@ class GetNextBatch(Scheduler):
         if self._dynamic:
             self._version = -1        # keys move with every batch: order the active requests again
         running = self._sets(state)[0]
-        reserves_m = self._reserves_m
-        all_decode = self._all_decode(state, running) if reserves_m or self.policy.priority == "decode" else None
+        reserves_m, reserves_blocks = self._reserves_m, self._reserves_blocks
+        ask = reserves_m or reserves_blocks or self.policy.priority == "decode"
+        all_decode = self._all_decode(state, running) if ask else None
         if all_decode and reserves_m:
             reserved = state.kv_used     # each running request decodes and reserves its m: Σ m = kv_used
+        elif all_decode and reserves_blocks:
+            reserved = state.blocks_used     # (in blocks: Σ ceil(m / block_size))
         else:
             reserved = int(_sum(self._reserved(state, running)))
         mem_free = self._blocks - reserved
@@ -326,14 +347,60 @@ class GetNextBatch(Scheduler):
             # all running decode: each reserves its m, so Σ reserved = Σ m = kv_used. A run ends with its last
             # request (apply_decode_run): no need to count the batches until then, only the KV bound can cut it
             return running, max((self._blocks - state.kv_used) // n, 0)
+        elif self._reserves_blocks:
+            # the same in blocks: Σ reserved = Σ ceil(m / b) = blocks_used, and only the KV bound can cut the run
+            return running, max(self._decode_steps(m, self._blocks - state.blocks_used), 0)
         else:
             horizon = int(_max(state.output_lens[running] - state.gen[running]))     # the last completion
         if not self._ef:
             if self._bs == 1:
                 horizon = min(horizon, (self._blocks - state.kv_used) // n)
             else:
-                horizon = min(horizon, self._decode_steps(m, self._blocks - int(_sum(self._reserved(state, running)))))
+                # (every running request decodes: Σ reserved = Σ ceil(m / block_size) = blocks_used)
+                horizon = min(horizon, self._decode_steps(m, self._blocks - state.blocks_used))
         return running, max(self._pins.repeat_limit(state, running, horizon), 0)
+
+    def hybrid_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int, int]:
+        """When exactly one running request is in (re)fill, ``x``, and the others decode: the next batches are
+        the decodes (group 1, in priority order) and a chunk of ``x`` (group 2) of ``f = min(C - n, P)``
+        tokens (n decodes), while
+        - the decodes fit: the KV they take only grows, so the most steps whose new blocks fit in the KV
+          not reserved (``x`` reserves its whole input) bound the run;
+        - ``x`` takes a whole chunk and does not reach its input (its last chunk may leave room for others);
+        - no request completes before the last (a completion frees KV and a running slot).
+        Nothing else joins such a batch: the chunk leaves no token (C) or no prefill token (P) for a waiting
+        request, and no request changes status, so the groups are the same each batch."""
+        if not self._hybrid_runs:
+            return _NONE, 0, 0
+        running = self._sets(state)[0]
+        n = running.size - 1
+        if n < 1 or n >= self._C:
+            return _NONE, 0, 0
+        m, inp = state.m[running], state.inp[running]
+        flags = (m < inp).tobytes()      # (the flags' bytes counted and searched: no NumPy call)
+        if flags.count(1) != 1:
+            return _NONE, 0, 0
+        p = flags.index(1)
+        f = min(self._C - n, self._P)
+        mx, ix = int(m[p]), int(inp[p])
+        k = (ix - mx - 1) // f          # whole chunks that leave some of its input
+        if k < 1:
+            return _NONE, 0, 0
+        idx = np.concatenate((running[:p], running[p + 1:], running[p:p + 1]))     # the decodes, then x
+        dec = idx[:n]
+        k = min(k, self._first_done(state, dec))       # (the last may complete requests)
+        if not self._ef and k > 0:
+            # reserved: the decodes' m (in blocks, ceil(m / b)), x its whole input: Σ m = kv_used, Σ ceil(m / b)
+            # = blocks_used over every running request
+            if self._bs == 1:
+                k = min(k, (self._blocks - (state.kv_used - mx + ix)) // n)
+            else:
+                free = self._blocks - (state.blocks_used - self._blk(mx) + self._blk(ix))
+                if n * -(-k // self._bs) > free:     # (k steps take at most ceil(k / b) blocks each: else all fit)
+                    k = min(k, self._decode_steps(np.concatenate((m[:p], m[p + 1:])), free))
+        if k < 1:
+            return _NONE, 0, 0
+        return idx, f, k
 
     @staticmethod
     def _first_done(state: ServingState, running: np.ndarray) -> int:
@@ -341,7 +408,25 @@ class GetNextBatch(Scheduler):
         return int(_min(state.output_lens[running] - state.gen[running]))
 
     def _decode_steps(self, m: np.ndarray, free: int) -> int:
-        """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``."""
+        """Most decode steps of requests holding ``m`` tokens each whose new blocks fit in ``free``.
+
+        In closed form: a request with ``r = (-m) mod b`` free slots in its last block needs, after
+        ``s = q b + t`` steps (0 <= t < b), q new blocks plus one more if r < t. So n requests need
+        ``n q + #{r < t}`` blocks, and the most steps within ``free`` are ``(free // n) b + r_(free mod n)``
+        (the ``free mod n``-th smallest r): one more step would need a block more. The same number as
+        :meth:`_decode_steps_search` (the binary search over those sums), without the search."""
+        n = int(m.size)
+        if free < 0 or not n:
+            return self._decode_steps_search(m, free)
+        q, rem = divmod(free, n)
+        r = -m & (self._bs - 1) if self._shift else (-m) % self._bs
+        if rem:
+            r.partition(rem)     # (in place: r is this call's own array)
+            return q * self._bs + int(r[rem])
+        return q * self._bs + int(_min(r))
+
+    def _decode_steps_search(self, m: np.ndarray, free: int) -> int:
+        """:meth:`_decode_steps` by binary search over the blocks the steps take (the reference)."""
         base = int(self._blk(m).sum())
         lo, hi = 0, free * self._bs + self._bs     # hi steps need more than ``free`` new blocks
         while hi - lo > 1:
@@ -380,7 +465,11 @@ class GetNextBatch(Scheduler):
             per = 0 if self._ef else 1
             c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
             if self._bs > 1 and per:
-                c_new = self._decode_blocks(state.m[rest[:b.C]]).cumsum()
+                new = self._decode_blocks(state.m[rest[:b.C]])
+                total = int(_count_nonzero(new))      # (a 0 or a 1 each)
+                if total <= b.mem and b.pins is None:   # all fit (usually): no prefix sums
+                    return rest, new.size, _ones(new.size), (new.size, 0, total, 0), DECODE
+                c_new = new.cumsum()
                 k = int(c_new.searchsorted(b.mem, "right"))
             else:
                 k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
@@ -406,9 +495,11 @@ class GetNextBatch(Scheduler):
                 if c_tok is not None:
                     own = self._blk(self._peak[rest] if self._ef else tok)
                     c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
-                    if self._wm:     # the head passed its own check above
+                    if self._wm and int(c_mem[-1]) > b.mem - self._wm:     # (the head passed its own check above)
                         fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
                         k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
+                    elif self._wm:   # all fit even with the watermark kept free after each (the gate is 0 or it)
+                        k = min(k, rest.size, b.run)
                     else:
                         k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
                 if k and self.policy.lookahead:
