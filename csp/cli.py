@@ -106,9 +106,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     Its branches are the command's output options (--out, --json, --better-than, Ctrl-C), read top to bottom.
     """
-    from infermax.cli import dumps_json
     from infermax.inputs import resolve_inputs
     from infermax.optimal import solve_optimal
+    from infermax.output import dumps_json
     from infermax.rundir import out_dir, write_run
     from infermax.types import Schedule
 

@@ -37,13 +37,13 @@ import argparse
 import importlib
 import json
 import logging
-import math
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .output import dumps_json, print_table
 from .rundir import judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
 
 DEFAULT_WORKLOAD = "fixed:I=1024,O=1024,B=1024"
@@ -56,46 +56,7 @@ PLUGIN_MODULES = ("infermax.costmodel.cli", "infermax.csp.cli", "infermax.bounds
 EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 1, 130, 141
 
 
-# --- output -----------------------------------------------------------------------------------------
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
-    return str(value)
-
-
-def print_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
-    """A plain aligned table on stdout (the CLI's only output format besides JSON)."""
-    cells = [[_fmt(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max([len(k), *(len(c[i]) for c in cells)]) for i, k in enumerate(keys)]
-    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
-    for c in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
-
-
-def dumps_json(obj: Any) -> str:
-    """One valid JSON document: a NaN or infinite number becomes ``null``, and a top-level
-    ``null_values`` object maps each such field (a dotted path) to what it was and why."""
-    nulls: dict[str, str] = {}
-
-    def clean(value: Any, path: str) -> Any:
-        if hasattr(value, "item") and type(value).__module__ == "numpy":
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            nulls[path] = ("NaN: undefined for this run (e.g. a mean over no values)" if math.isnan(value)
-                           else f"{value}: no finite value")
-            return None
-        if isinstance(value, Mapping):
-            return {str(k): clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return value
-
-    out = clean(obj, "")
-    if nulls and isinstance(out, dict):
-        out["null_values"] = nulls
-    return json.dumps(out, allow_nan=False, default=str)
+# --- output: the leaf module infermax.output (re-exported here) ---------------------------------
 
 
 class _Progress:

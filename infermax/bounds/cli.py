@@ -50,9 +50,9 @@ def _inputs(args: argparse.Namespace):
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json
     from infermax.inputs import resolve_inputs
     from infermax.multirun import left_out
+    from infermax.output import dumps_json
     from infermax.rundir import judged_line
     from infermax.schedulers import get_scheduler, split_specs
 
@@ -124,7 +124,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
 
 def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: bool) -> None:
     """The table of verdicts, why the optimum is missing, each bound method's value, and the metrics."""
-    from infermax.cli import print_table
+    from infermax.output import print_table
 
     if objectives == ["latency"]:
         rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
@@ -177,8 +177,8 @@ def _exit_code(results) -> int:
 def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     """``bound --cluster SPEC``: each cluster policy's value against the fluid cluster bound
     (:mod:`infermax.bounds.cluster`); exit 3 when a value beats it."""
-    from infermax.cli import dumps_json, print_table
     from infermax.cluster import POLICIES, Cluster, simulate_cluster
+    from infermax.output import dumps_json, print_table
     from infermax.schedulers import split_specs
     from infermax.types import Workload
 
