@@ -80,10 +80,9 @@ class _Progress:
 
 # --- simulate, schedulers ---------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from . import simulate
+    """Parse, run each scheduler (the decisions: :mod:`infermax.multirun`), print."""
     from .inputs import resolve_inputs
-    from .multirun import exit_status, left_out, run_each
-    from .schedulers import get_scheduler, split_specs
+    from .multirun import exit_status, run_each, schedulers_to_run
     from .types import Workload
 
     if args.cluster:
@@ -94,30 +93,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     given = Workload.from_spec(spec)     # --out stores it on its own clock; the run is on its relative one
     workload, limits, cost = resolve_inputs(given, args.limits, args.cost)
     workload.check_fits(limits)    # a request no scheduler can serve is bad input, not a refusal
-    names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
-    if not names:
-        raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
-    for name in names:
-        get_scheduler(name)  # unknown names fail before any work
-    notes: list[str] = []
-    if args.scheduler is None:
-        names, notes = left_out(names, workload, limits)
+    names, notes = schedulers_to_run(args.scheduler, DEFAULT_SCHEDULERS, workload, limits)
     if args.out:
         out_dir(args.out)    # so does an --out that cannot be written
 
     def run(name: str) -> dict[str, Any]:
-        bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
-        try:
-            result = simulate(workload, name, limits, cost, progress=bar)
-        finally:
-            bar.close()
-        if args.out:       # written as each finishes: a later refusal or Ctrl-C keeps it
-            out = Path(args.out) / name if len(names) > 1 else Path(args.out)
-            write_run(out, result.schedule, given, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
-            (out / "metrics.json").write_text(dumps_json(result.metrics))
-            result.batches_df.to_csv(out / "batches.csv")
-            result.requests_df.to_csv(out / "requests.csv")
-        return {"scheduler": name, **result.metrics}
+        return _simulate_one(args, name, (given, workload, limits, cost), len(names) > 1)
 
     runs = run_each(names, run)
     rows = [row for _, row in runs.done]
@@ -127,20 +108,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps_json(summary))
     elif rows or runs.refused:
-        print(f"workload {workload.name}  limits {limits.to_dict()}  cost {cost.name}")
-        if rows:
-            print_table(rows, ("scheduler", *SUMMARY_KEYS))
-        for refusal in runs.refused:
-            print(refusal.line())
-        for note in notes:
-            print(f"note: {note}")
-        if args.out and rows:
-            print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
-                  f"requests.csv under {args.out}")
+        _print_simulate(summary, runs.refused, args.out)
     if runs.interrupted:
         raise KeyboardInterrupt(f"{len(rows)} of {len(names)} schedulers finished (shown above)" if rows else "")
     say_refused(runs.refused, len(names), bool(runs.done), args.verbose)
     return code
+
+
+def _simulate_one(args: argparse.Namespace, name: str, inputs: tuple, several: bool) -> dict[str, Any]:
+    """One scheduler's run, with its progress bar; written under --out as it finishes (a later refusal or Ctrl-C
+    keeps it); its row."""
+    from . import simulate
+    from .schedulers import get_scheduler
+
+    given, workload, limits, cost = inputs
+    bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
+    try:
+        result = simulate(workload, name, limits, cost, progress=bar)
+    finally:
+        bar.close()
+    if args.out:
+        out = Path(args.out) / name if several else Path(args.out)
+        write_run(out, result.schedule, given, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
+        (out / "metrics.json").write_text(dumps_json(result.metrics))
+        result.batches_df.to_csv(out / "batches.csv")
+        result.requests_df.to_csv(out / "requests.csv")
+    return {"scheduler": name, **result.metrics}
+
+
+def _print_simulate(summary: Mapping[str, Any], refused: Sequence[Any], out: str | None) -> None:
+    """The inputs' line, the results' table, the refusals, the notes, what was written."""
+    rows = summary["results"]
+    print(f"workload {summary['workload']}  limits {summary['limits']}  cost {summary['cost']}")
+    if rows:
+        print_table(rows, ("scheduler", *SUMMARY_KEYS))
+    for refusal in refused:
+        print(refusal.line())
+    for note in summary["notes"]:
+        print(f"note: {note}")
+    if out and rows:
+        print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
+              f"requests.csv under {out}")
 
 
 def say_refused(refusals, total: int, any_done: bool, verbose: bool) -> None:

@@ -327,18 +327,11 @@ def parse_methods(spec: str | None) -> tuple[str, ...] | None:
 def schedulers_to_check(spec: str | None, workload: Any, limits: Any, default: str) -> tuple[list[str], list[str]]:
     """(names, notes): the schedulers of ``spec`` (comma separated), each known; ``None``: those of ``default``,
     each left out with a note (sarathi then runs) when it cannot serve the workload, which must fit the limits."""
-    from infermax.multirun import left_out
-    from infermax.schedulers import split_specs
+    from infermax.multirun import schedulers_to_run
 
-    names = split_specs(default if spec is None else spec)
-    if not names:
-        raise ValueError(f"--scheduler {spec!r} names no scheduler")
-    for name in names:
-        get_scheduler(name)  # unknown names fail before any work
-    if spec is not None:
-        return names, []
-    workload.check_fits(limits)
-    return left_out(names, workload, limits)
+    if spec is None:
+        workload.check_fits(limits)
+    return schedulers_to_run(spec, default, workload, limits)
 
 
 def check_claims(claimed_latency_s: float | None, claimed_value_s: float | None, objectives: Sequence[str],
