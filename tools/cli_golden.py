@@ -4,12 +4,13 @@ files they write under ``--out``.
 
     python tools/cli_golden.py --write golden.json     # on the untouched code
     python tools/cli_golden.py --check golden.json     # after a refactoring: byte-identical or a diff
+    PYTHONPATH=/tmp/base python tools/cli_golden.py --write golden.json   # the code of an exported commit
 
 Each command runs with the working directory a fresh temporary folder, so ``--out`` paths are relative
 and no temporary path reaches the output; progress bars are off (no terminal). Stripped: only the
 wall-clock measurements in the cluster metrics (``scheduling_decision_p99_s``, ``decision_share_p99_*``,
-in stdout and in the written files); the MILP runs only where it proves the optimum well within its
-time limit (``bd-optimum``), elsewhere ``--no-optimum``.
+and the solver's ``wall_s``, in stdout and in the written files); the MILP runs only where it proves the
+optimum well within its time limit (``bd-optimum``), elsewhere ``--no-optimum``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import argparse
 import difflib
 import hashlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -88,13 +90,19 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("bd-cluster-not-policy", ["bound", "--cluster", CLUSTER4, "--scheduler", "vllm"]),
     ("bd-cluster-limits", ["bound", "--cluster", CLUSTER4, "--limits", "M=10"]),
     ("replay", ["replay", "run/schedule.json"]),
+    ("solve", ["solve", "--workload", "fixed:I=3,O=4,B=3", "--limits", "M=24,C=24", "-q"]),
+    ("solve-json-out", ["solve", "--workload", "fixed:I=3,O=4,B=3", "--limits", "M=24,C=24", "--json", "--out", "out"]),
+    ("solve-better-than", ["solve", "--workload", "fixed:I=3,O=4,B=3", "--limits", "M=24,C=24", "-q",
+                           "--better-than", "vllm", "--by", "0.5"]),
+    ("solve-bad-policy", ["solve", "--workload", "fixed:I=3,O=4,B=3", "--policy", "nope"]),
 ]
 #: made before the commands that read ``run/`` (written by the same code under test)
 SETUP = ["simulate", *SMALL, "--scheduler", "vllm", "--out", "run", "--json"]
 
 
 #: wall-clock measurements inside the cluster metrics (the one varying content): the number is replaced
-TIMED = re.compile(r'("(?:scheduling_decision_p99_s|decision_share_p99_short|decision_share_p99_long)": )[-0-9.e+]+')
+TIMED = re.compile(r'("(?:scheduling_decision_p99_s|decision_share_p99_short|decision_share_p99_long|wall_s)": |'
+                   r'^ +wall_s  )[-0-9.e+]+', re.M)
 
 
 def _strip(text: str) -> str:
@@ -103,7 +111,8 @@ def _strip(text: str) -> str:
 
 def _run(argv: list[str], cwd: Path) -> dict:
     p = subprocess.run([sys.executable, "-m", "infermax", *argv], cwd=cwd, capture_output=True, text=True,
-                       env={"PATH": "/usr/bin:/bin", "COLUMNS": "120", "PYTHONHASHSEED": "0"})
+                       env={"PATH": "/usr/bin:/bin", "COLUMNS": "120", "PYTHONHASHSEED": "0",
+                            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {})})
     return {"argv": argv, "rc": p.returncode, "stdout": _strip(p.stdout), "stderr": p.stderr}
 
 
