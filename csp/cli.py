@@ -106,11 +106,10 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     Its branches are the command's output options (--out, --json, --better-than, Ctrl-C), read top to bottom.
     """
-    from infermax.cli import dumps_json
     from infermax.inputs import resolve_inputs
     from infermax.optimal import solve_optimal
-    from infermax.rundir import out_dir, write_run
-    from infermax.types import Schedule
+    from infermax.output import dumps_json
+    from infermax.rundir import out_dir
 
     workload, limits, cost = resolve_inputs(args.workload, args.limits, args.cost)
     if args.out:
@@ -123,26 +122,39 @@ def cmd_solve(args: argparse.Namespace) -> int:
                       threads=args.threads, rel_gap=args.gap, method=args.method, progress=show)
     summary = {**r.summary(), "stopped": r.info.get("stopped"), "bound_method": r.info.get("bound_method")}
     if args.out:
-        out = Path(args.out)
-        if r.schedule is not None:     # the schedule's meta names its instance too
-            meta = {**r.schedule.meta, "workload": workload.name, "limits": limits.to_dict(), "cost": cost.describe()}
-            write_run(out, Schedule(r.schedule.batches, meta), workload, limits, cost)
-        (out / "result.json").write_text(dumps_json({**summary, "metrics": r.metrics}))
+        _write_solve(Path(args.out), r, summary, workload, limits, cost)
     interrupted = str(r.info.get("stopped", "")).startswith("interrupted")
     if args.json:
         print(dumps_json({**summary, "metrics": r.metrics}))
     else:
-        width = max(len(k) for k in SUMMARY)
-        for key in SUMMARY:
-            value = summary.get(key)
-            if isinstance(value, float):
-                value = f"{value:.6g}"
-            print(f"{key.rjust(width)}  {value}")
-        if r.status == SolveStatus.INFEASIBLE and args.better_than is not None:
-            print(f"no schedule is {args.by:.0%} better than {args.better_than}"
-                  + ("" if r.horizon_proven else f" within {r.horizon} batches"))
+        _print_solve(args, r, summary)
     if interrupted:
         where = f"; best schedule written to {args.out}" if args.out and r.schedule is not None else ""
         print(f"infermax: interrupted{where}", file=sys.stderr)
         return 130
     return 0
+
+
+def _write_solve(out: Path, r: Any, summary: dict[str, Any], workload: Any, limits: Any, cost: Any) -> None:
+    """The run directory (when there is a schedule; its meta names its instance too) and result.json."""
+    from infermax.output import dumps_json
+    from infermax.rundir import write_run
+    from infermax.types import Schedule
+
+    if r.schedule is not None:
+        meta = {**r.schedule.meta, "workload": workload.name, "limits": limits.to_dict(), "cost": cost.describe()}
+        write_run(out, Schedule(r.schedule.batches, meta), workload, limits, cost)
+    (out / "result.json").write_text(dumps_json({**summary, "metrics": r.metrics}))
+
+
+def _print_solve(args: argparse.Namespace, r: Any, summary: dict[str, Any]) -> None:
+    """The summary, one key a line; why nothing was found under --better-than."""
+    width = max(len(k) for k in SUMMARY)
+    for key in SUMMARY:
+        value = summary.get(key)
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        print(f"{key.rjust(width)}  {value}")
+    if r.status == SolveStatus.INFEASIBLE and args.better_than is not None:
+        print(f"no schedule is {args.by:.0%} better than {args.better_than}"
+              + ("" if r.horizon_proven else f" within {r.horizon} batches"))

@@ -37,13 +37,13 @@ import argparse
 import importlib
 import json
 import logging
-import math
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from .output import dumps_json, print_table
 from .rundir import judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
 
 DEFAULT_WORKLOAD = "fixed:I=1024,O=1024,B=1024"
@@ -56,46 +56,7 @@ PLUGIN_MODULES = ("infermax.costmodel.cli", "infermax.csp.cli", "infermax.bounds
 EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 1, 130, 141
 
 
-# --- output -----------------------------------------------------------------------------------------
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}" if abs(value) < 1e5 else f"{value:.0f}"
-    return str(value)
-
-
-def print_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
-    """A plain aligned table on stdout (the CLI's only output format besides JSON)."""
-    cells = [[_fmt(r.get(k, "")) for k in keys] for r in rows]
-    widths = [max([len(k), *(len(c[i]) for c in cells)]) for i, k in enumerate(keys)]
-    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
-    for c in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
-
-
-def dumps_json(obj: Any) -> str:
-    """One valid JSON document: a NaN or infinite number becomes ``null``, and a top-level
-    ``null_values`` object maps each such field (a dotted path) to what it was and why."""
-    nulls: dict[str, str] = {}
-
-    def clean(value: Any, path: str) -> Any:
-        if hasattr(value, "item") and type(value).__module__ == "numpy":
-            value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
-            nulls[path] = ("NaN: undefined for this run (e.g. a mean over no values)" if math.isnan(value)
-                           else f"{value}: no finite value")
-            return None
-        if isinstance(value, Mapping):
-            return {str(k): clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return value
-
-    out = clean(obj, "")
-    if nulls and isinstance(out, dict):
-        out["null_values"] = nulls
-    return json.dumps(out, allow_nan=False, default=str)
+# --- output: the leaf module infermax.output (re-exported here) ---------------------------------
 
 
 class _Progress:
@@ -119,10 +80,9 @@ class _Progress:
 
 # --- simulate, schedulers ---------------------------------------------------------------------------
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from . import simulate
+    """Parse, run each scheduler (the decisions: :mod:`infermax.multirun`), print."""
     from .inputs import resolve_inputs
-    from .multirun import exit_status, left_out, run_each
-    from .schedulers import get_scheduler, split_specs
+    from .multirun import exit_status, run_each, schedulers_to_run
     from .types import Workload
 
     if args.cluster:
@@ -133,30 +93,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     given = Workload.from_spec(spec)     # --out stores it on its own clock; the run is on its relative one
     workload, limits, cost = resolve_inputs(given, args.limits, args.cost)
     workload.check_fits(limits)    # a request no scheduler can serve is bad input, not a refusal
-    names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
-    if not names:
-        raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
-    for name in names:
-        get_scheduler(name)  # unknown names fail before any work
-    notes: list[str] = []
-    if args.scheduler is None:
-        names, notes = left_out(names, workload, limits)
+    names, notes = schedulers_to_run(args.scheduler, DEFAULT_SCHEDULERS, workload, limits)
     if args.out:
         out_dir(args.out)    # so does an --out that cannot be written
 
     def run(name: str) -> dict[str, Any]:
-        bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
-        try:
-            result = simulate(workload, name, limits, cost, progress=bar)
-        finally:
-            bar.close()
-        if args.out:       # written as each finishes: a later refusal or Ctrl-C keeps it
-            out = Path(args.out) / name if len(names) > 1 else Path(args.out)
-            write_run(out, result.schedule, given, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
-            (out / "metrics.json").write_text(dumps_json(result.metrics))
-            result.batches_df.to_csv(out / "batches.csv")
-            result.requests_df.to_csv(out / "requests.csv")
-        return {"scheduler": name, **result.metrics}
+        return _simulate_one(args, name, (given, workload, limits, cost), len(names) > 1)
 
     runs = run_each(names, run)
     rows = [row for _, row in runs.done]
@@ -166,20 +108,47 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.json:
         print(dumps_json(summary))
     elif rows or runs.refused:
-        print(f"workload {workload.name}  limits {limits.to_dict()}  cost {cost.name}")
-        if rows:
-            print_table(rows, ("scheduler", *SUMMARY_KEYS))
-        for refusal in runs.refused:
-            print(refusal.line())
-        for note in notes:
-            print(f"note: {note}")
-        if args.out and rows:
-            print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
-                  f"requests.csv under {args.out}")
+        _print_simulate(summary, runs.refused, args.out)
     if runs.interrupted:
         raise KeyboardInterrupt(f"{len(rows)} of {len(names)} schedulers finished (shown above)" if rows else "")
     say_refused(runs.refused, len(names), bool(runs.done), args.verbose)
     return code
+
+
+def _simulate_one(args: argparse.Namespace, name: str, inputs: tuple, several: bool) -> dict[str, Any]:
+    """One scheduler's run, with its progress bar; written under --out as it finishes (a later refusal or Ctrl-C
+    keeps it); its row."""
+    from . import simulate
+    from .schedulers import get_scheduler
+
+    given, workload, limits, cost = inputs
+    bar = _Progress(name, len(workload), enabled=not (args.json or args.quiet))
+    try:
+        result = simulate(workload, name, limits, cost, progress=bar)
+    finally:
+        bar.close()
+    if args.out:
+        out = Path(args.out) / name if several else Path(args.out)
+        write_run(out, result.schedule, given, get_scheduler(name).limits_for(limits), cost)  # a preset's blocks
+        (out / "metrics.json").write_text(dumps_json(result.metrics))
+        result.batches_df.to_csv(out / "batches.csv")
+        result.requests_df.to_csv(out / "requests.csv")
+    return {"scheduler": name, **result.metrics}
+
+
+def _print_simulate(summary: Mapping[str, Any], refused: Sequence[Any], out: str | None) -> None:
+    """The inputs' line, the results' table, the refusals, the notes, what was written."""
+    rows = summary["results"]
+    print(f"workload {summary['workload']}  limits {summary['limits']}  cost {summary['cost']}")
+    if rows:
+        print_table(rows, ("scheduler", *SUMMARY_KEYS))
+    for refusal in refused:
+        print(refusal.line())
+    for note in summary["notes"]:
+        print(f"note: {note}")
+    if out and rows:
+        print(f"wrote schedule.json, workload.json, limits.json, cost.json, metrics.json, batches.csv, "
+              f"requests.csv under {out}")
 
 
 def say_refused(refusals, total: int, any_done: bool, verbose: bool) -> None:
@@ -198,84 +167,69 @@ def say_refused(refusals, total: int, any_done: bool, verbose: bool) -> None:
 
 
 def _simulate_cluster(args: argparse.Namespace) -> int:
-    """``simulate --cluster SPEC [--policy fifo,reservation,priority]``: per policy and local scheduler."""
-    from .cluster import POLICIES, Cluster, simulate_cluster
-    from .schedulers import get_scheduler, split_specs
+    """``simulate --cluster SPEC [--policy fifo,reservation,priority]``: per policy and local scheduler
+    (the decisions: :mod:`infermax.cluster.runs`)."""
+    from .cluster import Cluster
+    from .cluster.runs import check_limits_without_M, cluster_runs, engine_options, rescale_to_load, reserved_options
+    from .schedulers import split_specs
     from .types import Workload
 
     cluster = Cluster.from_spec(args.cluster)
-    if args.limits and any(p.split("=")[0].strip() == "M" for p in args.limits.split(",")):
-        raise ValueError(f"--limits {args.limits!r}: M comes from --cluster (each replica's KV capacity, "
-                         f"{cluster.replica_kv_capacity_tokens} tokens); leave M out")
+    check_limits_without_M(args.limits, cluster)
     workload = Workload.from_spec(f"trace:{args.trace}" if args.trace else args.workload)
     names = split_specs(DEFAULT_SCHEDULERS if args.scheduler is None else args.scheduler)
-    from .cluster.policies import get_policy
-    runs = [(name, args.local or get_policy(name).local or "sarathi")        # cluster policies as --scheduler
-            for name in names if name in POLICIES]
-    locals_ = [name for name in names if name not in POLICIES]
-    if args.policy or not runs:
-        policies = split_specs(args.policy or "fifo")
-        for policy in policies:
-            if policy not in POLICIES:
-                from difflib import get_close_matches
-                near = get_close_matches(policy, POLICIES, n=1)
-                raise ValueError(f"--policy: unknown cluster policy {policy!r}"
-                                 f"{f' (did you mean {near[0]}?)' if near else ''}; known: {', '.join(POLICIES)}")
-        runs += [(policy, name) for policy in policies for name in locals_]
-    elif locals_:
-        raise ValueError(f"--scheduler mixes cluster policies ({', '.join(n for n, _ in runs)}) with replica "
-                         f"schedulers ({', '.join(locals_)}); give replica schedulers with --local or --policy")
-    for _, name in runs:
-        _check_cluster_name(name)
-        get_scheduler(name)
+    runs = cluster_runs(names, args.policy, args.local)
     if args.out:
         out_dir(args.out)    # an --out that cannot be written fails before any work
-    options = {k: v for k, v in (("sp_replicas", args.sp_replicas), ("decode_replicas", args.decode_replicas),
-                                 ("colocate_tokens", args.colocate_tokens),
-                                 ("kvp_group_tokens", args.kvp_group_tokens)) if v is not None}
+    options = engine_options(sp_replicas=args.sp_replicas, decode_replicas=args.decode_replicas,
+                             colocate_tokens=args.colocate_tokens, kvp_group_tokens=args.kvp_group_tokens)
     if args.load is not None:
-        from .cluster import at_load, capacity_rps
-        cap = capacity_rps(workload, cluster, "fifo", runs[0][1], **options)
-        workload = at_load(workload, args.load, cap)
+        workload, cap = rescale_to_load(workload, cluster, args.load, runs[0][1], options)
         if not (args.json or args.quiet):
             print(f"capacity (FIFO, all requests at t = 0): {cap:.4g} requests/s; arrivals rescaled to "
                   f"load {args.load:g}", file=sys.stderr)
-    reserving = {policy for policy, _ in runs if get_policy(policy).takes_reserved_replicas}
-    if args.reserved_replicas is not None and not reserving:
-        raise ValueError(f"--reserved-replicas {args.reserved_replicas} sets the reservation policy's long-only "
-                         f"replicas, but no run uses it (policies: {', '.join(p for p, _ in runs)})")
-    rows, details = [], []
-    for policy, name in runs:
-        bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
-        extra = {"reserved_replicas": args.reserved_replicas} if args.reserved_replicas is not None \
-            and policy in reserving else {}
-        try:
-            r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar,
-                                 **options, **extra)
-        finally:
-            bar.close()
-        rows.append({"policy": policy, "scheduler": name, **r.metrics})
-        details.append({"policy": policy, "scheduler": name, "metrics": r.metrics, "by_tag": r.by_tag,
-                        "num_preemptions": r.num_preemptions, "num_overtakes": r.num_overtakes,
-                        "utilization": r.utilization.round(4).tolist()})
-        if args.out:       # written as each run finishes: a later failure or Ctrl-C keeps it
-            write_cluster_run(Path(args.out) / policy / name if len(runs) > 1 else Path(args.out), r, workload,
-                              details[-1])
+    extras = reserved_options(runs, args.reserved_replicas)
+    details = [_cluster_run(args, workload, cluster, run, {**options, **extra}, len(runs) > 1)
+               for run, extra in zip(runs, extras)]
     if args.json:
         print(dumps_json({"workload": workload.name, "cluster": cluster.describe(), "results": details}))
         return 0
+    _print_cluster(workload, cluster, details)
+    if args.out:
+        print(f"wrote {', '.join(CLUSTER_RUN_FILES)} under {args.out}"
+              f"{' (one POLICY/SCHEDULER folder per run)' if len(runs) > 1 else ''}")
+    return 0
+
+
+def _cluster_run(args: argparse.Namespace, workload: Any, cluster: Any, run: tuple[str, str],
+                 options: Mapping[str, Any], several: bool) -> dict[str, Any]:
+    """One (policy, scheduler) run, with its progress bar; written under --out as it finishes; its record."""
+    from .cluster import simulate_cluster
+    from .cluster.runs import run_record
+
+    policy, name = run
+    bar = _Progress(f"{policy}/{name}", len(workload), enabled=not (args.json or args.quiet))
+    try:
+        r = simulate_cluster(workload, cluster, policy, name, args.limits, args.cost, progress=bar, **options)
+    finally:
+        bar.close()
+    record = run_record(policy, name, r)
+    if args.out:
+        write_cluster_run(Path(args.out) / policy / name if several else Path(args.out), r, workload, record)
+    return record
+
+
+def _print_cluster(workload: Any, cluster: Any, details: list[dict[str, Any]]) -> None:
+    """The cluster runs' table, and their per-tag table when requests are tagged."""
     print(f"workload {workload.name}  cluster {cluster.to_spec()}  ({cluster.num_replicas} replicas, "
           f"M = {cluster.replica_kv_capacity_tokens}, cost {cluster.cost_model_name()})")
+    rows = [{"policy": d["policy"], "scheduler": d["scheduler"], **d["metrics"]} for d in details]
     print_table(rows, ("policy", "scheduler", *SUMMARY_KEYS, "num_preemptions", "num_overtakes"))
     tags = [{"policy": d["policy"], "scheduler": d["scheduler"], "tag": tag, **vals}
             for d in details for tag, vals in d["by_tag"].items()]
     if tags:
         print_table(tags, ("policy", "scheduler", "tag", "num_requests", "queueing_p50_s", "queueing_p99_s",
                            "throughput_rps", "jct_mean_s", "num_unserved_by_last_arrival", "num_suspensions"))
-    if args.out:
-        print(f"wrote {', '.join(CLUSTER_RUN_FILES)} under {args.out}"
-              f"{' (one POLICY/SCHEDULER folder per run)' if len(runs) > 1 else ''}")
-    return 0
 
 
 CLUSTER_RUN_FILES = ("schedule.json", "workload.json", "cluster.json", "metrics.json")
@@ -289,23 +243,6 @@ def write_cluster_run(out: Path, result: Any, workload: Any, details: Mapping[st
     (out / "workload.json").write_text(json.dumps(workload.to_dict()))
     (out / "cluster.json").write_text(dumps_json(result.cluster.describe()))
     (out / "metrics.json").write_text(dumps_json(dict(details)))
-
-
-def _check_cluster_name(name: str) -> None:
-    """Under ``--cluster`` a name is a cluster policy or a replica scheduler: an unknown one lists both kinds."""
-    from difflib import get_close_matches
-
-    from .cluster import POLICIES
-    from .schedulers import available
-
-    base, _, rest = name.strip().partition(":")
-    known = available()
-    if base.strip() in known or base.strip() in POLICIES or rest.isidentifier():
-        return
-    near = get_close_matches(base.strip(), [*POLICIES, *known], n=1)
-    raise ValueError(f"unknown name {name!r} under --cluster{f' (did you mean {near[0]}?)' if near else ''}: "
-                     f"neither a cluster policy ({', '.join(POLICIES)}) nor a replica scheduler "
-                     f"({', '.join(known)}); `infermax schedulers` lists both")
 
 
 def cmd_schedulers(args: argparse.Namespace) -> int:

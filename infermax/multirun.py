@@ -111,3 +111,16 @@ def left_out(names: Sequence[str], workload, limits, fallback: str = "sarathi") 
         kept = [fallback]
         notes.append(f"running {fallback} instead (chunked prefill serves any prompt)")
     return kept, notes
+
+
+def schedulers_to_run(spec: str | None, default: str, workload, limits) -> tuple[list[str], list[str]]:
+    """(names, notes): the schedulers of ``spec`` (comma separated), each a known one (an unknown name fails
+    before any work); ``None``: those of ``default`` that can serve ``workload`` (:func:`left_out`, its notes)."""
+    from .schedulers import get_scheduler, split_specs
+
+    names = split_specs(default if spec is None else spec)
+    if not names:
+        raise ValueError(f"--scheduler {spec!r} names no scheduler")
+    for name in names:
+        get_scheduler(name)
+    return left_out(names, workload, limits) if spec is None else (names, [])

@@ -51,7 +51,7 @@ def _results_path(args: argparse.Namespace, cfg) -> Path:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .cli import dumps_json
+    from .output import dumps_json
     from .sweep import SweepConfig, run_cells
 
     if args.workers < 1:
@@ -93,7 +93,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if failed_all:
             print(f"infermax: error: {summary['error']}", file=sys.stderr)
         return EXIT_ALL_FAILED if failed_all else 0
-    from .cli import print_table
+    from .output import print_table
 
     cols = [c for c in SHOW if c in df]
     if not failed_all:
@@ -125,7 +125,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from . import plots
-    from .cli import dumps_json
+    from .output import dumps_json
 
     path = Path(args.results)
     if not path.exists():

@@ -354,6 +354,8 @@ def loaded_by(statement: str) -> list[str]:
 @pytest.mark.parametrize("statement, banned", [
     ("import infermax.costmodel", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds")),
     ("import infermax.csp", ("infermax.schedulers", "infermax.engine", "infermax.heuristics", "infermax.optimal")),
+    ("import infermax.output", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds",
+                                "infermax.cluster", "infermax.rundir", "infermax.cli")),
     ("import infermax", ("infermax.schedulers", "infermax.engine", "infermax.csp", "infermax.bounds",
                          "infermax.cluster", "infermax.sweep", "infermax.execute")),
 ])

@@ -297,3 +297,64 @@ def check_schedulers(schedulers: Sequence[Any], workload: Any, limits: Any = Non
             else:
                 out.append(_verdict(run, obj, o, refs.get(o), claimed_latency_s, claimed_value_s))
     return out
+
+
+# --- the decisions behind ``infermax bound`` (the command line parses, calls these and prints) ----------------
+def parse_objectives(spec: str, cluster: bool = False) -> list[str]:
+    """The objective names of ``spec`` (comma separated, or ``all``: :data:`~infermax.bounds.objectives.ALL`,
+    less ``tpot`` for a cluster), each checked (an unknown one fails before any work)."""
+    from .objectives import ALL
+
+    objectives = list(ALL) if spec == "all" else [o.strip() for o in spec.split(",")]
+    for objective in objectives:
+        parse_objective(objective)
+    return [o for o in objectives if o != "tpot" or spec != "all"] if cluster else objectives
+
+
+def parse_methods(spec: str | None) -> tuple[str, ...] | None:
+    """The bound methods of ``spec`` (comma separated; ``None``: the default ones), each a known one."""
+    from infermax.schedulers import split_specs
+
+    from .combine import METHODS
+
+    methods = None if spec is None else tuple(split_specs(spec))
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown or methods == ():
+        raise ValueError(f"--methods {spec!r}: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+    return methods
+
+
+def schedulers_to_check(spec: str | None, workload: Any, limits: Any, default: str) -> tuple[list[str], list[str]]:
+    """(names, notes): the schedulers of ``spec`` (comma separated), each known; ``None``: those of ``default``,
+    each left out with a note (sarathi then runs) when it cannot serve the workload, which must fit the limits."""
+    from infermax.multirun import schedulers_to_run
+
+    if spec is None:
+        workload.check_fits(limits)
+    return schedulers_to_run(spec, default, workload, limits)
+
+
+def check_claims(claimed_latency_s: float | None, claimed_value_s: float | None, objectives: Sequence[str],
+                 names: Sequence[Any]) -> None:
+    """A claim must be a finite number, and one scheduler's on one objective."""
+    for flag, value in (("--claimed-latency", claimed_latency_s), ("--claimed-value", claimed_value_s)):
+        if value is None:
+            continue
+        if not math.isfinite(value):
+            raise ValueError(f"{flag} must be a finite number of seconds (tokens/s for throughput), got {value}")
+        if len(objectives) > 1 or len(names) > 1:
+            raise ValueError(f"{flag} {value:g} is one scheduler's claim on one objective; got "
+                             f"{len(names)} scheduler(s) and {len(objectives)} objective(s) "
+                             f"({', '.join(objectives)})")
+
+
+def exit_code(results: Sequence[CheckResult]) -> int:
+    """The most serious verdict: 3 (a value beats the bound) > 2 (an invalid schedule) > 5 (every
+    scheduler refused the instance) > 4 (some did) > 0."""
+    codes = {r.exit_code for r in results}
+    for code in (BEATS_BOUND, INVALID):
+        if code in codes:
+            return code
+    if REFUSED in codes:
+        return 5 if codes == {REFUSED} else 4
+    return VALID

@@ -16,11 +16,10 @@ With ``--schedule`` the workload, limits and cost are those stored with the sche
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
-SHOW = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions", "num_batches")
 DEFAULT_SCHEDULER = "vllm"
+SHOW = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions", "num_batches")
 DEFAULT_WORKLOAD = "fixed:I=64,O=64,B=256"
 
 
@@ -50,44 +49,25 @@ def _inputs(args: argparse.Namespace):
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json
+    """Parse, call :func:`~infermax.bounds.check.check_schedulers` (the decisions: :mod:`infermax.bounds.check`),
+    print."""
     from infermax.inputs import resolve_inputs
-    from infermax.multirun import left_out
-    from infermax.rundir import judged_line
-    from infermax.schedulers import get_scheduler, split_specs
 
-    from . import ALL, METHODS, parse_objective
-    from .check import INVALID, REFUSED, check_schedulers
+    from .check import check_claims, check_schedulers, parse_methods, parse_objectives, schedulers_to_check
 
-    objectives = list(ALL) if args.objective == "all" else [o.strip() for o in args.objective.split(",")]
-    for objective in objectives:
-        parse_objective(objective)                # unknown names fail before any work
+    objectives = parse_objectives(args.objective)                # unknown names fail before any work
     if args.cluster:
-        return _cluster_bound(args, [o for o in objectives if o != "tpot" or args.objective != "all"])
-    methods = None if args.methods is None else tuple(split_specs(args.methods))
-    unknown = sorted(set(methods or ()) - set(METHODS))
-    if unknown or methods == ():
-        raise ValueError(f"--methods {args.methods!r}: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+        return _cluster_bound(args, parse_objectives(args.objective, cluster=True))
+    methods = parse_methods(args.methods)
     schedule, workload, limits, cost, judged, notes = _inputs(args)
     workload, limits, cost = resolve_inputs(workload, limits, cost)
-    if schedule is not None:
-        names: list[str | None] = [args.scheduler]           # only a label for a schedule made elsewhere
-    else:
-        names = split_specs(DEFAULT_SCHEDULER if args.scheduler is None else args.scheduler)
-        if not names:
-            raise ValueError(f"--scheduler {args.scheduler!r} names no scheduler")
-        for name in names:
-            get_scheduler(name)  # unknown names fail before any work
-        if args.scheduler is None:
-            workload.check_fits(limits)
-            names, left = left_out(names, workload, limits)
-            notes = notes + left
-    _check_claims(args, objectives, names)
-    if (judged is not None or notes) and not args.json:
-        if judged is not None:
-            print(judged_line(judged))
-        for note in notes:
-            print(f"note: {note}")
+    names: list[str | None] = [args.scheduler]               # only a label for a schedule made elsewhere
+    if schedule is None:
+        names, left = schedulers_to_check(args.scheduler, workload, limits, DEFAULT_SCHEDULER)
+        notes = notes + left
+    check_claims(args.claimed_latency, args.claimed_value, objectives, names)
+    if not args.json:
+        _print_inputs(judged, notes)
     step, close = _progress(len(names) * 2 + len(objectives) * (6 if not args.no_optimum else 5),
                             not (args.json or args.quiet))
     try:
@@ -97,43 +77,61 @@ def cmd_bound(args: argparse.Namespace) -> int:
                                    search_time_limit_s=args.search_time_limit, progress=step)
     finally:
         close()
-    exit_code = _exit_code(results)
     if args.json:
-        extra = {"judged_against": judged, "notes": notes} if judged is not None else {"notes": notes} if notes \
-            else {}
-        if len(results) == 1:
-            print(dumps_json({**results[0].to_dict(), **extra}))
-        else:
-            print(dumps_json({"exit_code": exit_code, "results": [r.to_dict() for r in results], **extra}))
-        return exit_code
+        return _print_json(results, judged, notes)
+    return _print_text(results, objectives, len(names), not args.no_optimum)
+
+
+def _print_inputs(judged, notes: list[str]) -> None:
+    """What a schedule made elsewhere is judged against, and the notes (schedulers left out, ...)."""
+    from infermax.rundir import judged_line
+
+    if judged is not None:
+        print(judged_line(judged))
+    for note in notes:
+        print(f"note: {note}")
+
+
+def _print_json(results: list, judged, notes: list[str]) -> int:
+    """One JSON object: one scheduler's result, or ``{exit_code, results}``; returns the exit code."""
+    from infermax.output import dumps_json
+
+    from .check import exit_code
+
+    code = exit_code(results)
+    extra = {"judged_against": judged, "notes": notes} if judged is not None else {"notes": notes} if notes else {}
+    if len(results) == 1:
+        print(dumps_json({**results[0].to_dict(), **extra}))
+    else:
+        print(dumps_json({"exit_code": code, "results": [r.to_dict() for r in results], **extra}))
+    return code
+
+
+def _print_text(results: list, objectives: list[str], num_names: int, optimum: bool) -> int:
+    """The errors on stderr, the verdicts of the valid results, the refusals; returns the exit code."""
+    from .check import INVALID, REFUSED, exit_code
+
     for r in results:
         if r.error and r.exit_code != REFUSED:
             print(f"infermax: error: {r.scheduler}: {r.error}", file=sys.stderr)
     refused = list({r.scheduler: r for r in results if r.exit_code == REFUSED}.values())
     valid = [r for r in results if r.exit_code not in (INVALID, REFUSED)]
     if valid:
-        _print_checks(valid, objectives, len(names), not args.no_optimum)
+        _print_checks(valid, objectives, num_names, optimum)
     for r in refused:
         print(f"{r.scheduler}: refused: {r.error}")
     if refused:
-        print(f"infermax: error: {len(refused)} of {len(names)} schedulers refused the workload "
+        print(f"infermax: error: {len(refused)} of {num_names} schedulers refused the workload "
               f"({', '.join(r.scheduler for r in refused)}; reasons above){'' if valid else '; no results'}",
               file=sys.stderr)
-    return exit_code
+    return exit_code(results)
 
 
 def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: bool) -> None:
     """The table of verdicts, why the optimum is missing, each bound method's value, and the metrics."""
-    from infermax.cli import print_table
+    from infermax.output import print_table
 
-    if objectives == ["latency"]:
-        rows = [{"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s,
-                 "optimum_s": r.optimum_s if r.optimum_s is not None else float("nan"),
-                 "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
-    else:
-        rows = [{"scheduler": r.scheduler, "objective": r.objective, "value": r.value_s, "bound": r.bound_s,
-                 "optimum": r.optimum_s if r.optimum_s is not None else float("nan"),
-                 "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method} for r in valid]
+    rows = [_verdict_row(r, objectives == ["latency"]) for r in valid]
     print_table(rows, list(rows[0]))
     for objective, note in {r.objective: r.optimum_note for r in valid if r.optimum_note and optimum}.items():
         print(f"{objective + ' ' if len(objectives) > 1 else ''}optimum not reported: {note}")
@@ -147,66 +145,31 @@ def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: b
     print_table([{"scheduler": r.scheduler, **r.metrics} for r in shown], keys)
 
 
-def _check_claims(args: argparse.Namespace, objectives: list[str], names: list) -> None:
-    """A claim must be a finite number, and one scheduler's on one objective."""
-    for flag, value in (("--claimed-latency", args.claimed_latency), ("--claimed-value", args.claimed_value)):
-        if value is None:
-            continue
-        if not math.isfinite(value):
-            raise ValueError(f"{flag} must be a finite number of seconds (tokens/s for throughput), got {value}")
-        if len(objectives) > 1 or len(names) > 1:
-            raise ValueError(f"{flag} {value:g} is one scheduler's claim on one objective; got "
-                             f"{len(names)} scheduler(s) and {len(objectives)} objective(s) "
-                             f"({', '.join(objectives)})")
-
-
-def _exit_code(results) -> int:
-    """The most serious verdict: 3 (a value beats the bound) > 2 (an invalid schedule) > 5 (every
-    scheduler refused the instance) > 4 (some did) > 0."""
-    from .check import REFUSED
-
-    codes = {r.exit_code for r in results}
-    for code in (3, 2):
-        if code in codes:
-            return code
-    if REFUSED in codes:
-        return 5 if codes == {REFUSED} else 4
-    return 0
+def _verdict_row(r, latency_only: bool) -> dict:
+    """One row of the verdicts' table (the latency's own column names when latency is the only objective)."""
+    optimum = r.optimum_s if r.optimum_s is not None else float("nan")
+    if latency_only:
+        return {"scheduler": r.scheduler, "latency_s": r.latency_s, "bound_s": r.bound_s, "optimum_s": optimum,
+                "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method}
+    return {"scheduler": r.scheduler, "objective": r.objective, "value": r.value_s, "bound": r.bound_s,
+            "optimum": optimum, "certified_gap_%": 100 * r.gap, "bound_method": r.bound_method}
 
 
 def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     """``bound --cluster SPEC``: each cluster policy's value against the fluid cluster bound
-    (:mod:`infermax.bounds.cluster`); exit 3 when a value beats it."""
-    from infermax.cli import dumps_json, print_table
-    from infermax.cluster import POLICIES, Cluster, simulate_cluster
-    from infermax.schedulers import split_specs
+    (:mod:`infermax.bounds.cluster`; the decisions: :mod:`infermax.cluster.check`); exit 3 when a value beats it."""
+    from infermax.cluster import Cluster
+    from infermax.cluster.check import check_policies, policies_to_check
+    from infermax.output import dumps_json, print_table
     from infermax.types import Workload
-
-    from .cluster import attention_kept, cluster_lower_bound, measured_value
 
     for flag in ("schedule", "limits"):
         if getattr(args, flag):
             raise ValueError(f"--{flag} is not taken with --cluster (M and C come from the cluster's replicas)")
     cluster = Cluster.from_spec(args.cluster)
-    policies = split_specs(args.scheduler or "fifo")
-    for policy in policies:
-        if policy not in POLICIES:
-            raise ValueError(f"--scheduler {policy!r} is not a cluster policy; with --cluster use "
-                             f"{', '.join(POLICIES)}")
+    policies = policies_to_check(args.scheduler)
     workload = Workload.from_spec(args.workload or DEFAULT_WORKLOAD)
-    share = attention_kept(policies)
-    bounds = {o: cluster_lower_bound(workload, cluster, o, args.cost, attention=share) for o in objectives}
-    rows, code = [], 0
-    for policy in policies:
-        res = simulate_cluster(workload, cluster, policy, args.local, cost=args.cost)
-        for o, b in bounds.items():
-            value = measured_value(o, res)
-            sign = -1.0 if o == "throughput" else 1.0
-            beats = sign * (value - b.value) < -1e-9 * max(1.0, abs(b.value))
-            code = max(code, 3 if beats else 0)
-            gap = (b.value - value) / b.value if o == "throughput" else (value - b.value) / value if value else 0.0
-            rows.append({"policy": policy, "objective": o, "value": value, "bound": b.value,
-                         "certified_gap_%": 100 * gap, "bound_method": b.method})
+    rows, code = check_policies(workload, cluster, policies, objectives, args.local, args.cost)
     if args.json:
         print(dumps_json({"exit_code": code, "workload": workload.name, "cluster": cluster.to_spec(),
                           "results": rows}))

@@ -28,8 +28,8 @@ __all__ = ["add_subcommands"]
 
 
 def cmd_vllm_run(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json, print_table
     from infermax.costmodel import get_cost_model
+    from infermax.output import dumps_json, print_table
     from infermax.rundir import out_dir
     from infermax.types import Limits, Workload
 
@@ -63,7 +63,7 @@ def _engine_module(name: str):
 
 
 def cmd_vllm_execute(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json, print_table
+    from infermax.output import dumps_json, print_table
     from infermax.rundir import load_schedule, out_dir, schedule_inputs
 
     from .plans import check_plan

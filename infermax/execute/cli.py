@@ -45,7 +45,7 @@ def _text(summary: dict[str, Any]) -> str:
 
 
 def _write_outputs(report: Any, out: Path) -> list[Path]:
-    from infermax.cli import dumps_json
+    from infermax.output import dumps_json
 
     from .validation import plot_validation
 
@@ -84,7 +84,7 @@ class _StageBar:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from infermax.cli import dumps_json
+    from infermax.output import dumps_json
     from infermax.rundir import out_dir
 
     from .validation import validate
