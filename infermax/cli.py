@@ -43,7 +43,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .output import dumps_json, print_table
+from .output import dumps_json, format_table
 from .rundir import judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
 
 DEFAULT_WORKLOAD = "fixed:I=1024,O=1024,B=1024"
@@ -57,6 +57,11 @@ EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 1, 130, 1
 
 
 # --- output: the leaf module infermax.output (re-exported here) ---------------------------------
+
+
+def print_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
+    """Print :func:`infermax.output.format_table` of ``rows`` on stdout."""
+    print(format_table(rows, keys))
 
 
 class _Progress:

@@ -1,5 +1,6 @@
-"""What the front ends print: an aligned table (:func:`print_table`) and one valid JSON document
-(:func:`dumps_json`). A leaf: it imports nothing of the package, so every command-line module
+"""What the front ends print, as text (the printing itself is theirs): an aligned table
+(:func:`format_table`) and one valid JSON document (:func:`dumps_json`). A leaf: it imports nothing of
+the package, so every command-line module
 (``infermax.cli``, ``bounds/cli.py``, ``csp/cli.py``, the sweeps, ...) imports it without loading another."""
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
-__all__ = ["dumps_json", "print_table"]
+__all__ = ["dumps_json", "format_table"]
 
 
 def _fmt(value: Any) -> str:
@@ -18,13 +19,11 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def print_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> None:
-    """A plain aligned table on stdout (the CLI's only output format besides JSON)."""
+def format_table(rows: list[dict[str, Any]], keys: Sequence[str]) -> str:
+    """A plain aligned table, a header line then a line a row (the CLI's only output format besides JSON)."""
     cells = [[_fmt(r.get(k, "")) for k in keys] for r in rows]
     widths = [max([len(k), *(len(c[i]) for c in cells)]) for i, k in enumerate(keys)]
-    print("  ".join(k.rjust(w) for k, w in zip(keys, widths)))
-    for c in cells:
-        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
+    return "\n".join("  ".join(v.rjust(w) for v, w in zip(line, widths)) for line in [list(keys), *cells])
 
 
 def dumps_json(obj: Any) -> str:

@@ -93,11 +93,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if failed_all:
             print(f"infermax: error: {summary['error']}", file=sys.stderr)
         return EXIT_ALL_FAILED if failed_all else 0
-    from .output import print_table
+    from .output import format_table
 
     cols = [c for c in SHOW if c in df]
     if not failed_all:
-        print_table(df[df["error"].isna()][cols].to_dict("records"), cols)
+        print(format_table(df[df["error"].isna()][cols].to_dict("records"), cols))
     for _, row in errors.iterrows():
         print(f"error in {row['workload']} / {row['scheduler']} / {row['limits']}: {row['error']}", file=sys.stderr)
     print(f"{len(df)} cells ({len(errors)} errors) -> {out} and {out.with_suffix('.csv')}")

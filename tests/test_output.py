@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from infermax.output import dumps_json, print_table
+from infermax.output import dumps_json, format_table
 
 
 def test_dumps_json_nulls_what_json_cannot_hold_and_says_why():
@@ -18,8 +18,7 @@ def test_dumps_json_nulls_what_json_cannot_hold_and_says_why():
     assert json.loads(dumps_json([float("nan")])) == [None]     # not a dict: nothing to put the reasons in
 
 
-def test_print_table_aligns_and_formats(capsys):
-    print_table([{"name": "vllm", "x": 0.123456, "y": float("nan")}, {"name": "sarathi", "x": 123456.7}],
-                ("name", "x", "y"))
-    lines = capsys.readouterr().out.splitlines()
+def test_format_table_aligns_and_formats():
+    lines = format_table([{"name": "vllm", "x": 0.123456, "y": float("nan")}, {"name": "sarathi", "x": 123456.7}],
+                         ("name", "x", "y")).splitlines()
     assert lines == ["   name       x  y", "   vllm  0.1235  -", "sarathi  123457   "]

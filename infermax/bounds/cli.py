@@ -129,10 +129,10 @@ def _print_text(results: list, objectives: list[str], num_names: int, optimum: b
 
 def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: bool) -> None:
     """The table of verdicts, why the optimum is missing, each bound method's value, and the metrics."""
-    from infermax.output import print_table
+    from infermax.output import format_table
 
     rows = [_verdict_row(r, objectives == ["latency"]) for r in valid]
-    print_table(rows, list(rows[0]))
+    print(format_table(rows, list(rows[0])))
     for objective, note in {r.objective: r.optimum_note for r in valid if r.optimum_note and optimum}.items():
         print(f"{objective + ' ' if len(objectives) > 1 else ''}optimum not reported: {note}")
     for r in valid:
@@ -142,7 +142,7 @@ def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: b
         print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} {unit}" for k, v in r.bound_values.items()))
     shown = list({r.scheduler: r for r in valid}.values())
     keys = ("scheduler", *SHOW) if len(shown) > 1 else SHOW
-    print_table([{"scheduler": r.scheduler, **r.metrics} for r in shown], keys)
+    print(format_table([{"scheduler": r.scheduler, **r.metrics} for r in shown], keys))
 
 
 def _verdict_row(r, latency_only: bool) -> dict:
@@ -160,7 +160,7 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
     (:mod:`infermax.bounds.cluster`; the decisions: :mod:`infermax.cluster.check`); exit 3 when a value beats it."""
     from infermax.cluster import Cluster
     from infermax.cluster.check import check_policies, policies_to_check
-    from infermax.output import dumps_json, print_table
+    from infermax.output import dumps_json, format_table
     from infermax.types import Workload
 
     for flag in ("schedule", "limits"):
@@ -176,7 +176,7 @@ def _cluster_bound(args: argparse.Namespace, objectives: list[str]) -> int:
         return code
     print(f"workload {workload.name}  cluster {cluster.to_spec()}  ({cluster.num_replicas} replicas; the bound "
           f"holds for every cluster policy)")
-    print_table(rows, list(rows[0]))
+    print(format_table(rows, list(rows[0])))
     return code
 
 

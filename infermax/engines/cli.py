@@ -29,7 +29,7 @@ __all__ = ["add_subcommands"]
 
 def cmd_vllm_run(args: argparse.Namespace) -> int:
     from infermax.costmodel import get_cost_model
-    from infermax.output import dumps_json, print_table
+    from infermax.output import dumps_json, format_table
     from infermax.rundir import out_dir
     from infermax.types import Limits, Workload
 
@@ -50,7 +50,7 @@ def cmd_vllm_run(args: argparse.Namespace) -> int:
     else:
         print(f"vLLM {m.engine.get('vllm_version')} on {args.model}: {len(workload)} requests, limits "
               f"{json.dumps(limits.to_dict())}")
-        print_table([row], list(row))
+        print(format_table([row], list(row)))
         print(f"judge it: infermax replay {out / 'schedule.json'}")
     return 0
 
@@ -63,7 +63,7 @@ def _engine_module(name: str):
 
 
 def cmd_vllm_execute(args: argparse.Namespace) -> int:
-    from infermax.output import dumps_json, print_table
+    from infermax.output import dumps_json, format_table
     from infermax.rundir import load_schedule, out_dir, schedule_inputs
 
     from .plans import check_plan
@@ -88,7 +88,7 @@ def cmd_vllm_execute(args: argparse.Namespace) -> int:
             print(f"note: {note}")
         print(f"vLLM {m.engine.get('vllm_version')} executed {args.schedule} on {args.model}: "
               f"{len(workload)} requests, limits {json.dumps(limits.to_dict())}")
-        print_table([row], list(row))
+        print(format_table([row], list(row)))
         print("every batch ran as planned" if run.as_planned else f"NOT as planned: {c.divergence_text()}")
     return 0 if run.as_planned else 1
 
