@@ -9,8 +9,8 @@ from pathlib import Path
 
 from .capacity import find_capacity
 from .chrome_trace import cluster_trace, schedule_trace, write
-from .cluster.schedule import FORMAT, ClusterSchedule
-from .rundir import judged_line, load_schedule, schedule_inputs
+from .cluster.schedule import ClusterSchedule
+from .rundir import is_cluster_schedule, judged_line, load_schedule, schedule_inputs
 from .types import Workload
 
 
@@ -39,16 +39,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     return 0
 
 
-def _is_cluster_schedule(path: str) -> bool:
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False              # load_schedule reports it
-    return isinstance(doc, dict) and doc.get("format") == FORMAT
-
-
 def cmd_trace_export(args: argparse.Namespace) -> int:
-    if _is_cluster_schedule(args.schedule):
+    if is_cluster_schedule(args.schedule):
         if args.limits:
             raise ValueError("--limits does not apply to a cluster schedule: its meta holds the replicas' limits")
         schedule = ClusterSchedule.from_json(Path(args.schedule))

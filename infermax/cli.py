@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from .output import dumps_json, format_table
-from .rundir import judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
+from .rundir import is_cluster_schedule, judged_line, load_schedule, one_line, out_dir, schedule_inputs, write_run
 
 DEFAULT_WORKLOAD = "fixed:I=1024,O=1024,B=1024"
 DEFAULT_SCHEDULERS = "vllm,sarathi,sarathi-pc,vllm-ef,sarathi-ef"
@@ -272,7 +272,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from .replay import replay
     from .state import ScheduleError
 
-    if _is_cluster_schedule(args.schedule):
+    if is_cluster_schedule(args.schedule):
         return _replay_cluster(args)
     schedule = load_schedule(args.schedule)
     workload, limits, cost, judged, notes = schedule_inputs(args.schedule, schedule, args.workload, args.limits,
@@ -296,15 +296,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"valid schedule: {len(schedule)} batches")
         print_table([result], SUMMARY_KEYS)
     return 0
-
-
-def _is_cluster_schedule(path: str) -> bool:
-    from .cluster.schedule import FORMAT
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False              # load_schedule reports it
-    return isinstance(doc, dict) and doc.get("format") == FORMAT
 
 
 def _replay_cluster(args: argparse.Namespace) -> int:

@@ -50,6 +50,17 @@ def write_run(out: Path, schedule, workload, limits, cost) -> None:
     (out / RUN_FILES["cost"]).write_text(json.dumps(cost.describe(), indent=2))
 
 
+def is_cluster_schedule(path: "str | Path") -> bool:
+    """Whether ``path`` holds a cluster schedule (its ``format``); False for anything unreadable, which
+    :func:`load_schedule` then reports."""
+    from .cluster.schedule import FORMAT
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == FORMAT
+
+
 def load_schedule(path: "str | Path") -> Schedule:
     """Read a schedule JSON file, or raise a ValueError naming the file and what is wrong with it."""
     return Schedule.from_json(Path(path))
