@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vidur_harness import VidurCost, VidurSetup, run_vidur, shared_predictor, vidur_available
 
 from infermax import Limits, Workload, simulate
-from infermax.workloads_long import medha_mix
+from infermax.workloads.long import medha_mix
 
 MEDHA_CHUNK_TOKENS = 4096      # medha's prefill tokens per batch (§3.3; Vidur's predictor stops at 4096-token chunks)
 # name -> (B, long share, long prompt range, arrival rate per s, seed)

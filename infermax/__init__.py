@@ -6,21 +6,20 @@ schedule with one cost model, and compare against optimal schedules and bounds.
     >>> r.metrics["latency_s"] > 0
     True
 
-``infermax.replay``, ``infermax.metrics``, ``infermax.sweep`` and ``infermax.execute`` are
-functions, each exported from the module (or subpackage) of the same name; those
-modules stay importable by name: ``from infermax.sweep import run_cells``,
-``from infermax.execute.validation import validate``.
+``infermax.replay``, ``infermax.metrics``, ``infermax.starvation``, ``infermax.sweep`` and
+``infermax.execute`` are modules (or subpackages) that each define a function of their own name, and
+calling the module calls that function (:mod:`infermax._callable`): ``infermax.replay(schedule, w)`` is
+``infermax.replay.replay(schedule, w)``; their other names are attributes as usual
+(``infermax.sweep.run_cells``, ``infermax.execute.validation.validate``).
 
 Importing the package loads only the types and the workload grammar (``Workload.from_spec``); every
 other name loads its module on first use (PEP 562), so ``import infermax.costmodel`` stays light.
 """
 import importlib
 import importlib.util
-import sys
-import types as _types
 
-from . import workload_spec  # noqa: F401 - installs the grammar behind Workload.from_spec before a spec is read
 from .types import Batch, Limits, Request, Schedule, Workload
+from .workloads import spec as _spec  # noqa: F401 - installs the grammar behind Workload.from_spec before a spec is read
 
 __all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lower_bound", "solve_optimal", "Limits",
            "Request", "Schedule", "ScheduleError", "SchedulerStuckError", "SimResult",
@@ -28,7 +27,8 @@ __all__ = ["Batch", "Bound", "OptimalResult", "Policy", "check_scheduler", "lowe
            "simulate", "starvation", "sweep"]
 __version__ = "0.1.0"
 
-#: each public name -> the module that defines it (loaded on first use)
+#: each public name -> the module that defines it (loaded on first use); a name that is its module's own
+#: name (``schedulers``, ``replay``, ``sweep``, ...) is the module itself
 _LAZY = {"SchedulerStuckError": "infermax.engine", "SimResult": "infermax.engine", "simulate": "infermax.engine",
          "execute": "infermax.execute", "metrics": "infermax.metrics", "metrics_by_tag": "infermax.metrics",
          "Policy": "infermax.policy", "replay": "infermax.replay", "register_scheduler": "infermax.schedulers",
@@ -36,17 +36,13 @@ _LAZY = {"SchedulerStuckError": "infermax.engine", "SimResult": "infermax.engine
          "sweep": "infermax.sweep", "Trace": "infermax.trace",
          "solve_optimal": "infermax.optimal", "OptimalResult": "infermax.csp",
          "lower_bound": "infermax.bounds", "Bound": "infermax.bounds", "check_scheduler": "infermax.bounds"}
-#: names that are the module itself
-_MODULES = ("schedulers",)
-#: functions named as the module that defines them: the name stays the function once the module is imported
-_SHADOWED = tuple(n for n, m in _LAZY.items() if m == f"{__name__}.{n}" and n not in _MODULES)
 
 
 def __getattr__(name: str):
     """A public name loads its module on first use; any other submodule is an attribute as an import makes it."""
     if name in _LAZY:
         module = importlib.import_module(_LAZY[name])
-        value = module if name in _MODULES else getattr(module, name)
+        value = module if _LAZY[name] == f"{__name__}.{name}" else getattr(module, name)
     elif not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
         value = importlib.import_module(f"{__name__}.{name}")
     else:
@@ -58,15 +54,3 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-class _Package(_types.ModuleType):
-    """The package's module type: importing ``infermax.replay`` (say) binds the function, not the module, to
-    ``infermax.replay``, as the eager imports this package once made did."""
-
-    def __setattr__(self, name: str, value) -> None:
-        if name in _SHADOWED and isinstance(value, _types.ModuleType) and value.__name__ == f"{__name__}.{name}":
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

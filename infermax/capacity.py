@@ -4,7 +4,7 @@ search, here over infermax's simulations).
 A *target* is one metric of :func:`infermax.metrics` and a bound, ``"ttft_p99_s<=2.0"`` (a latency
 percentile stays within a limit) or ``"slo_attainment>=0.9"`` (a share of requests meets its SLOs;
 the workload's requests must carry SLOs, e.g. a ``medha:`` or ``pecsched:`` spec, or
-:func:`infermax.workloads_long.with_slos`). The workload is a spec with ``{rate}`` where the
+:func:`infermax.workloads.long.with_slos`). The workload is a spec with ``{rate}`` where the
 arrival rate (requests per second) goes — ``"fixed:I=512,O=128,B=400,rate={rate}"`` — or a
 ``fixed:``/``mix:``/``medha:`` spec without a rate, to which ``rate=`` is added. The number of
 requests stays what the spec says.
@@ -25,8 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .sweep import run_cells
-from .sweep_config import Cell, canonical_limits
+from .sweep import Cell, canonical_limits, run_cells
 
 _TARGET = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
 RATE_KINDS = ("fixed", "mix", "medha")

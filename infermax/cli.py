@@ -51,7 +51,7 @@ DEFAULT_SCHEDULERS = "vllm,sarathi,sarathi-pc,vllm-ef,sarathi-ef"
 SUMMARY_KEYS = ("latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "ttft_p99_s", "num_evictions",
                 "num_batches", "running_size_mean", "kv_utilization_mean")
 # packages that contribute commands; each module has add_subcommands(subparsers)
-PLUGIN_MODULES = ("infermax.costmodel.cli", "infermax.csp.cli", "infermax.bounds.cli", "infermax.sweep_cli",
+PLUGIN_MODULES = ("infermax.costmodel.cli", "infermax.csp.cli", "infermax.bounds.cli", "infermax.sweep.cli",
                   "infermax.execute.cli", "infermax.engines.cli", "infermax.analysis_cli")
 EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 2, 1, 130, 141
 

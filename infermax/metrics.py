@@ -11,11 +11,16 @@ Keys: ``latency_s`` (makespan: last completion - first arrival), ``tps``
 ``goodput_rps`` (requests meeting all their SLOs per second of latency).
 :func:`metrics_by_tag` adds, per request tag (e.g. short/long), the queueing
 delay percentiles, throughput, mean JCT and the requests first served only after the last arrival.
+
+Calling the module calls :func:`metrics`: ``infermax.metrics(trace)``.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
+from ._callable import CallableModule
 from .trace import Trace
 
 STAT_KEYS = ("mean", "p50", "p90", "p99")
@@ -114,3 +119,6 @@ def metrics_by_tag(trace: Trace) -> dict[str, dict[str, float]]:
                                 & (r["arrival_s"][sel] < last_arrival)).sum()),
         }
     return out
+
+
+sys.modules[__name__].__class__ = CallableModule   # calling the module calls metrics (infermax._callable)

@@ -4,9 +4,14 @@ It rebuilds the state from the Schedule alone — whoever produced it (a
 scheduler, the MILP, a hand-written JSON) — through ``ServingState.apply``,
 which rejects any rule violation with a ``ScheduleError`` naming the batch, the
 request and the rule, and recomputes every batch time with the cost model.
+
+Calling the module calls :func:`replay`: ``infermax.replay(schedule, workload)``.
 """
 from __future__ import annotations
 
+import sys
+
+from ._callable import CallableModule
 from .costmodel import CostModel
 from .inputs import resolve_inputs
 from .state import ScheduleError, ServingState
@@ -37,3 +42,6 @@ def replay(schedule: Schedule, workload: "Workload | str", limits: "Limits | str
                             f"{len(unfinished)} request(s) unfinished; request generated {int(state.gen[i])} "
                             f"of O = {int(state.output_lens[i])} tokens", int(workload.ids[i]))
     return recorder.finish(state)
+
+
+sys.modules[__name__].__class__ = CallableModule   # calling the module calls replay (infermax._callable)

@@ -18,13 +18,17 @@ request in starves them all.
 
 The old count — requests first scheduled only after the last arrival, whatever FIFO does — is
 ``num_unserved_by_last_arrival`` in :func:`~infermax.metrics.metrics_by_tag`.
+
+Calling the module calls :func:`starvation`: ``infermax.starvation(run, fifo)``.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
+from ._callable import CallableModule
 from .trace import Trace
 
 
@@ -64,3 +68,6 @@ def starvation(run: Any, fifo: Any, tag: str = "long") -> dict[str, float]:
     return {"num_requests": int(came.sum()), "num_fifo_served": n_fifo, "num_unserved": int(unserved.sum()),
             "num_starved": int(starved.sum()),
             "starved_share": float(starved.sum() / n_fifo) if n_fifo else float("nan"), "window_end_s": end}
+
+
+sys.modules[__name__].__class__ = CallableModule   # calling the module calls starvation (infermax._callable)

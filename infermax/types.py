@@ -25,7 +25,7 @@ MAX_LIMIT = 2**53
 MAX_ID = 2**63 - 1
 
 
-#: reads workload spec strings for ``Workload.from_spec``: the grammar (:mod:`.workload_spec`) builds Workloads,
+#: reads workload spec strings for ``Workload.from_spec``: the grammar (:mod:`.workloads.spec`) builds Workloads,
 #: so it registers itself here on import instead of being imported by the type it builds
 _spec_reader: "Callable[[str], Workload] | None" = None
 
@@ -321,10 +321,10 @@ class Workload:
     def from_spec(cls, spec: str) -> "Workload":
         """Build a workload from a spec string, e.g. ``"fixed:I=64,O=32,B=1024"``.
 
-        See :mod:`infermax.workload_spec` for the grammar (importing ``infermax`` installs it).
+        See :mod:`infermax.workloads.spec` for the grammar (importing ``infermax`` installs it).
         """
         if _spec_reader is None:
-            raise RuntimeError("no workload spec reader is installed; import infermax.workload_spec")
+            raise RuntimeError("no workload spec reader is installed; import infermax.workloads.spec")
         return _spec_reader(spec)
 
     def to_dict(self) -> dict[str, Any]:

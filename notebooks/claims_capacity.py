@@ -1,6 +1,6 @@
 """Medha's capacity claims (Medha §5.2, Figs. 15–16): Medha vs LoongServe vs Sarathi under load.
 
-:func:`run_capacity` runs the sweep of :mod:`infermax.medha_capacity` (7 loads × the
+:func:`run_capacity` runs the sweep of ``benchmarks/medha_capacity.py`` (7 loads × the
 systems, Llama-3 8B on 16 A100s, 5 % long requests, an hour of arrivals measured over
 that hour) at a ``scale`` of the hour; :func:`capacity_figure` draws Figs. 15–16 as
 curves over the load; :func:`capacity_claims` measures the claims below on the
@@ -14,13 +14,16 @@ median (each censored TTFT replaced by window end − arrival), and say so (``�
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from claimlib import Claim, Effect, Missing, Near, Ordering, Ours, cells, comparable, fmt_factor, registrar, wide
 
-from infermax.medha_capacity import LOADS_RPS, WINDOW_S, capacity_config
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))    # the experiment's config lives there
+from medha_capacity import LOADS_RPS, WINDOW_S, capacity_config
 
 CLAIMS: list[Claim] = []
 NB9 = "09_medha"

@@ -17,7 +17,7 @@ import infermax
 from infermax.cli import main
 from infermax.sweep import Cell, run_cells
 
-SWEEP_MODULE = importlib.import_module("infermax.sweep")
+SWEEP_RUN = importlib.import_module("infermax.sweep.run")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 SMALL = ("--workload", "fixed:I=16,O=8,B=32", "--limits", "M=400,C=256")
 
@@ -243,10 +243,10 @@ def test_json_output_has_no_nan(capsys, tmp_path):
 
 
 # --- the README's examples ---------------------------------------------------------------------------
-def test_execute_and_sweep_are_plain_functions():
-    assert inspect.isfunction(infermax.execute) and inspect.isfunction(infermax.sweep)
-    assert type(importlib.import_module("infermax.execute")) is type(inspect)      # plain modules, importable
-    assert type(SWEEP_MODULE) is type(inspect)
+def test_execute_and_sweep_are_callable_packages():
+    assert inspect.ismodule(infermax.execute) and infermax.execute is importlib.import_module("infermax.execute")
+    assert inspect.ismodule(infermax.sweep) and callable(infermax.execute) and callable(infermax.sweep)
+    assert inspect.signature(infermax.execute) == inspect.signature(infermax.execute.execute)
     from infermax.execute.validation import validate  # noqa: F401
 
 
@@ -287,14 +287,14 @@ def test_ctrl_c_in_simulate_is_one_line(capsys, monkeypatch):
 
 
 def test_ctrl_c_in_a_sweep_keeps_the_finished_cells(capsys, tmp_path, monkeypatch):
-    real, calls = SWEEP_MODULE.run_cell, []
+    real, calls = SWEEP_RUN.run_cell, []
 
     def second_is_interrupted(cell):
         calls.append(cell)
         if len(calls) == 2:
             raise KeyboardInterrupt
         return real(cell)
-    monkeypatch.setattr(SWEEP_MODULE, "run_cell", second_is_interrupted)
+    monkeypatch.setattr(SWEEP_RUN, "run_cell", second_is_interrupted)
     cfg = tmp_path / "g.yaml"
     cfg.write_text("workloads: ['fixed:I=8,O=4,B=4']\nschedulers: [vllm, sarathi, vllm-ef]\n")
     code, out, err = run(capsys, "sweep", str(cfg), "--executor", "serial")

@@ -10,7 +10,7 @@ import pytest
 import infermax
 from infermax.cli import main
 
-SWEEP_MODULE = importlib.import_module("infermax.sweep")
+SWEEP_RUN = importlib.import_module("infermax.sweep.run")
 BOUNDS = importlib.import_module("infermax.bounds")
 # a 300-token prompt over C = 256: the schedulers without chunked prefill refuse it
 LONG = ("--workload", "fixed:I=300,O=4,B=4", "--limits", "M=4000,C=256")
@@ -101,7 +101,7 @@ def test_check_scheduler_refuses_a_nan_claim():
 def test_a_sweep_config_is_checked_whole_before_any_cell(capsys, tmp_path, monkeypatch, solver, needle):
     def never(cell):
         raise AssertionError("a cell ran")
-    monkeypatch.setattr(SWEEP_MODULE, "run_cell", never)
+    monkeypatch.setattr(SWEEP_RUN, "run_cell", never)
     cfg = tmp_path / "g.yaml"
     cfg.write_text(f"workloads: ['fixed:I=4,O=4,B=2']\nschedulers: [vllm]\nsolver: {solver}\n")
     code, _, err = run(capsys, "sweep", str(cfg), "--executor", "serial", "-q")
@@ -114,7 +114,7 @@ def test_sweep_refuses_a_worker_count_below_one(capsys, tmp_path):
     code, _, err = run(capsys, "sweep", str(cfg), "--workers", "-2")
     assert code == 2 and "--workers must be an integer >= 1, got -2" in err
     with pytest.raises(ValueError, match="workers must be an integer >= 1"):
-        SWEEP_MODULE.run_cells([], workers=0)
+        SWEEP_RUN.run_cells([], workers=0)
 
 
 @pytest.mark.parametrize("nodes", ["100000", "99999999999999999999"])

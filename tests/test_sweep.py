@@ -14,7 +14,7 @@ import infermax
 from infermax.cli import main
 from infermax.sweep import Cell, SweepConfig, run_cells, same_results, sweep
 
-SWEEP_MODULE = importlib.import_module("infermax.sweep")   # infermax.sweep is the function
+SWEEP_RUN = importlib.import_module("infermax.sweep.run")   # where run_cells finds run_cell (patched below)
 
 SMALL = {"workloads": [{"grid": {"I": [4, 64], "O": [8, 32], "B": [48]}}, "fixed:I=300,O=8,B=4"],
          "schedulers": ["vllm", "sarathi", "vllm-ef"],
@@ -92,9 +92,10 @@ def test_local_processes_equal_serial(serial_table):
     assert not same_results(local.iloc[::-1], serial_table)     # order matters: rows sorted by cell
 
 
-def test_infermax_sweep_is_a_plain_function():
-    assert inspect.isfunction(infermax.sweep) and infermax.sweep is sweep
-    assert type(SWEEP_MODULE) is type(inspect)                 # a plain module, no __class__ swapped
+def test_infermax_sweep_is_the_package_and_calling_it_sweeps():
+    assert inspect.ismodule(infermax.sweep) and infermax.sweep is importlib.import_module("infermax.sweep")
+    assert inspect.isfunction(sweep) and infermax.sweep.sweep is sweep is SWEEP_RUN.sweep
+    assert infermax.sweep.run is SWEEP_RUN and infermax.sweep.config.SweepConfig is SweepConfig
     df = infermax.sweep({"workloads": ["fixed:I=4,O=4,B=4"], "schedulers": ["vllm"]}, executor="serial")
     assert len(df) == 1 and df["error"].isna().all()
 
@@ -104,13 +105,13 @@ def test_resume_skips_finished_cells(tmp_path, monkeypatch, serial_table):
     cfg = SweepConfig.from_dict(SMALL)
     cells = cfg.cells()
     calls: list[str] = []
-    real = SWEEP_MODULE.run_cell
+    real = SWEEP_RUN.run_cell
 
     def counting(cell):
         calls.append(cell.cell_id)
         return real(cell)
 
-    monkeypatch.setattr(SWEEP_MODULE, "run_cell", counting)
+    monkeypatch.setattr(SWEEP_RUN, "run_cell", counting)
 
     class Stop(Exception):
         pass

@@ -134,7 +134,7 @@ def test_bad_inputs_name_the_field_and_value():
 
 def test_sweep_system_cells_run_loongserve_and_sarathi_tp8_pp2():
     import infermax
-    from infermax.sweep_config import SweepConfig
+    from infermax.sweep.config import SweepConfig
 
     systems = [{"name": "loongserve", "cluster": LOONG.to_spec(), "policy": "loongserve", "scheduler": "sarathi-pc"},
                {"name": "sarathi", "cluster": "a100:nodes=2,model=llama3-8b,tp=8,pp=2", "scheduler": "sarathi"}]

@@ -1,42 +1,9 @@
-"""Sweeps: run a grid of (workload x scheduler x limits x cost [x solver]) cells into one tidy table.
+"""The sweep's runner: run cells (this process, a local process pool or Ray) into the results table,
+resumable from and checkpointed to a parquet file.
 
-    >>> import infermax
-    >>> df = infermax.sweep({"workloads": {"grid": {"I": [16, 64], "O": [8], "B": [32]}},
-    ...                      "schedulers": ["vllm", "sarathi"]}, executor="serial")
-    >>> len(df), bool(df["error"].isna().all())
-    (4, True)
-
-``infermax.sweep`` is the function :func:`sweep` (exported by the package, like
-``infermax.replay``); this module's other names are imported from it:
-``from infermax.sweep import run_cells, Cell``. The config (a YAML file, a dict or a
-:class:`SweepConfig`) is described in :mod:`infermax.sweep_config`; ``examples/grid.yaml``
-is a commented example.
-
-Results: one row per cell, in grid order (workloads outermost, then schedulers,
-limits, costs; solver cells after the schedulers). Columns: ``cell_id`` (a hash
-of the cell's four specs and solver options), the specs (``workload``,
-``scheduler``, ``limits`` in canonical form, ``cost``, ``solver``), the parsed
-config (``kind``, ``I``, ``O``, ``B``, ... from the workload spec; ``policy`` =
-scheduler name without options; ``M``, ``C``, ``P``, ``R_max``), every metric of
-:func:`infermax.metrics` (solver cells add ``objective``, ``bound``, ``gap``,
-``status``, ``backend``, ``solver_wall_s`` and ``schedule_json``), ``error`` (None, or the exception of a cell that
-raised) and ``wall_s``. Every column but the timings is the same whichever executor
-ran the cells (solver cells stopped by a time limit excepted). System cells (a whole
-cluster system, config key ``systems``: :mod:`infermax.sweep_systems`) come after a
-workload's solver cells, with their own columns (``system``, ``cluster``, per-tag
-metrics, ``cpu_s``).
-
-Resuming: with ``out`` set, rows already in ``out`` are kept and their cells are
-not run again (``retry_errors=True`` re-runs cells that raised); rows of cells
-outside this sweep stay in the file but not in the returned table. The table is
-written to ``out`` (parquet) and beside it as CSV every ``checkpoint_s`` seconds
-and at the end, also when interrupted.
-
-Executors: ``"serial"`` (this process), ``"local"`` (a process pool, ``workers``
-processes, default 2; interrupted, it terminates its workers before returning),
-``"ray"`` (a local Ray instance, or the one already initialised) and
-``"ray://host:port"`` (a Ray cluster; its workers need infermax installed, e.g.
-through a ``runtime_env``).
+The package :mod:`infermax.sweep` describes the table's columns, resuming and the executors;
+:func:`run_cell` runs one cell (a scheduler, a solver or a cluster system), :func:`run_cells` many,
+:func:`sweep` a whole config (:mod:`infermax.sweep.config`).
 """
 from __future__ import annotations
 
@@ -51,18 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from .sweep_config import (  # noqa: F401
-    DEFAULT_COSTS,
-    DEFAULT_LIMITS,
-    FIXED_TEMPLATE,
-    Cell,
-    SweepConfig,
-    canonical_limits,
-    config_columns,
-    solver_label,
-)
+from .config import Cell, SweepConfig, config_columns
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(__package__)   # the package's logger, "infermax.sweep"
 
 NONDETERMINISTIC_COLUMNS = ("wall_s", "solver_wall_s", "cpu_s")   # timings; every other column is reproducible
 
@@ -72,8 +30,8 @@ def _solve(cell: Cell) -> dict[str, Any]:
     schedule itself as JSON (``schedule_json``; optimal schedules are expensive and small)."""
     import infermax
 
-    from .metrics import metrics
-    from .replay import replay
+    from ..metrics import metrics
+    from ..replay import replay
 
     res = infermax.solve_optimal(cell.workload, limits=cell.limits, cost=cell.cost, **json.loads(cell.solver))
     row: dict[str, Any] = {}
@@ -88,13 +46,13 @@ def _solve(cell: Cell) -> dict[str, Any]:
 
 def run_cell(cell: Cell) -> dict[str, Any]:
     """Run one cell; never raises for the cell's own failure (it goes to the ``error`` column)."""
-    from .engine import simulate
+    from ..engine import simulate
 
     start = time.perf_counter()
     row = config_columns(cell)
     try:
         if cell.system is not None:
-            from .sweep_systems import run_system
+            from .systems import run_system
             row |= run_system(cell.workload, cell.system)
         elif cell.solver is None:
             row |= simulate(cell.workload, cell.scheduler, cell.limits, cell.cost).metrics
@@ -377,7 +335,7 @@ def sweep(config: "str | Path | Mapping[str, Any] | SweepConfig", out: "str | Pa
           executor: str = "local", workers: int = 2, resume: bool = True, retry_errors: bool = False,
           progress: Callable[[int, int], None] | None = None):
     """Run every cell of ``config`` (YAML path, dict or SweepConfig; schema in
-    :mod:`infermax.sweep_config`) and return the results table (columns: :mod:`infermax.sweep`).
+    :mod:`infermax.sweep.config`) and return the results table (columns: :mod:`infermax.sweep`).
 
     ``out`` (default: the config's ``out``) is the parquet file that makes the
     sweep resumable; a CSV is written beside it. ``executor``: ``"serial"``,

@@ -6,7 +6,7 @@ commented example)::
     name: fig5                        # optional, a label
     out: fig5.parquet                 # optional; relative to the YAML file (CLI --out overrides)
     workloads:                        # a list of items, or one item
-      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workload_spec)
+      - fixed:I=64,O=32,B=1024        # a spec string (see infermax.workloads.spec)
       - grid: {I: [1, 64, 1024], O: [1, 32, 1024], B: [1024]}     # -> fixed:I=..,O=..,B=..
       - template: "mix:{mix},B={B},seed=1"                         # any spec with {fields} ...
         grid: {mix: [LILO+SILO, SISO+LILO], B: [16, 1024]}        # ... filled from a grid
@@ -21,7 +21,7 @@ commented example)::
       time_limit_s: 30                # "optimal" or "optimal:<policy>" in the scheduler column
     systems:                          # optional: one more cell per (workload, system): a cluster, a
       - {cluster: "a100:nodes=2,model=llama3-8b,tp=2", policy: loongserve, scheduler: sarathi-pc}
-                                      # cluster policy and a replica scheduler (infermax.sweep_systems);
+                                      # cluster policy and a replica scheduler (infermax.sweep.systems);
                                       # with systems, schedulers may be left out
 
 A grid item expands to the Cartesian product of its lists, in the order written;
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .types import Limits, parse_count
+from ..types import Limits, parse_count
 
 DEFAULT_LIMITS = ("M=100000,C=4096",)
 DEFAULT_COSTS = ("default",)
@@ -115,13 +115,13 @@ class SweepConfig:
     limits: tuple[str, ...] = DEFAULT_LIMITS
     costs: tuple[str, ...] = DEFAULT_COSTS
     solver: tuple[Mapping[str, Any], ...] = ()
-    systems: tuple[Mapping[str, Any], ...] = ()      # cluster systems (infermax.sweep_systems)
+    systems: tuple[Mapping[str, Any], ...] = ()      # cluster systems (infermax.sweep.systems)
     name: str = "sweep"
     out: str | None = None
 
     def __post_init__(self) -> None:
-        from .schedulers import get_scheduler
-        from .sweep_systems import canonical_system
+        from ..schedulers import get_scheduler
+        from .systems import canonical_system
 
         if not isinstance(self.systems, tuple):
             raise ValueError(f"SweepConfig.systems must be a tuple of system mappings, got {self.systems!r}")
@@ -145,8 +145,8 @@ class SweepConfig:
     def _check_whole(self) -> None:
         """The solver blocks and the cost models, checked before any cell runs (a bad value would otherwise
         fail every cell it is in, one error row each): ValueError naming the key and the value."""
-        from .costmodel import get_cost_model
-        from .optimal import check_solve_options
+        from ..costmodel import get_cost_model
+        from ..optimal import check_solve_options
 
         for i, block in enumerate(self.solver):
             check_solve_options(block, where="sweep config: solver" + (f"[{i}]" if len(self.solver) > 1 else ""))
@@ -236,8 +236,8 @@ def canonical_limits(spec: str) -> str:
 
 
 def system_cell(workload: str, block: Mapping[str, Any]) -> "Cell":
-    """The cell running ``workload`` on a cluster system (:mod:`infermax.sweep_systems`)."""
-    from .sweep_systems import canonical_system
+    """The cell running ``workload`` on a cluster system (:mod:`infermax.sweep.systems`)."""
+    from .systems import canonical_system
 
     s = canonical_system(block)
     return Cell(workload, s["scheduler"], s["limits"] or "", s["cost"] or "default",
@@ -254,7 +254,7 @@ class Cell:
     limits: str
     cost: str = "default"
     solver: str | None = None    # canonical JSON of the solve_optimal options (solver cells)
-    system: str | None = None    # canonical JSON of a cluster system (system cells; infermax.sweep_systems)
+    system: str | None = None    # canonical JSON of a cluster system (system cells; infermax.sweep.systems)
 
     @property
     def cell_id(self) -> str:
@@ -286,7 +286,7 @@ def _spec_columns(workload: str) -> dict[str, Any]:
 def config_columns(cell: Cell) -> dict[str, Any]:
     """The config part of a cell's row."""
     if cell.system is not None:
-        from .sweep_systems import system_columns
+        from .systems import system_columns
 
         sys_cols = system_columns(cell.system)
         lim = Limits.from_spec(cell.limits).to_dict() if cell.limits else {}

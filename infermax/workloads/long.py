@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from .types import MAX_TOKENS, Request, Workload
-from .workloads import MAX_REQUESTS, MAX_SEED, arrivals, check_count, check_real, load_trace
+from ..types import MAX_TOKENS, Request, Workload
+from . import MAX_REQUESTS, MAX_SEED, arrivals, check_count, check_real, load_trace
 
 SWE_DECODE_MEDIAN, SWE_DECODE_P90 = 518, 808
 

@@ -3,7 +3,7 @@
 ``fixed`` (the paper's homogeneous grids, InferMax §4.1), ``mix`` (App. A.3
 mixes) and ``load_trace`` (the Splitwise/Vidur and Azure CSV traces), with the
 checks every generator shares (``check_real``, ``check_count``). The spec strings
-that name them (``fixed:I=64,O=32,B=1024``) are read by :mod:`infermax.workload_spec`.
+that name them (``fixed:I=64,O=32,B=1024``) are read by :mod:`infermax.workloads.spec`.
 
 Named bounds: prompt and output lengths below 2^31 (``MAX_TOKENS``), at most 10^8
 requests in a synthetic workload (``MAX_REQUESTS``; a trace has as many as its rows).
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .types import MAX_TOKENS, Request, Workload
+from ..types import MAX_TOKENS, Request, Workload
 
 #: synthetic workloads (fixed, mix, medha) hold at most this many requests
 MAX_REQUESTS = 10**8

@@ -18,7 +18,7 @@ from pathlib import Path
 #: rows of the table, in its ``error`` column)
 EXIT_ALL_FAILED = 5
 SHOW = ("workload", "scheduler", "system", "limits", "latency_s", "tps", "ttft_mean_s", "tpot_mean_s", "num_evictions",
-        "served_fraction")      # (system and served_fraction: system cells, infermax.sweep_systems)
+        "served_fraction")      # (system and served_fraction: system cells, infermax.sweep.systems)
 
 
 @contextmanager
@@ -40,7 +40,7 @@ def _sigterm_as_interrupt():
 
 def _results_path(args: argparse.Namespace, cfg) -> Path:
     """The results parquet, checked before any cell runs (a directory or an unwritable folder is named)."""
-    from .rundir import out_dir
+    from ..rundir import out_dir
 
     out = Path(args.out or cfg.out or Path(args.config).with_suffix(".parquet"))
     if out.is_dir():
@@ -51,8 +51,8 @@ def _results_path(args: argparse.Namespace, cfg) -> Path:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .output import dumps_json
-    from .sweep import SweepConfig, run_cells
+    from ..output import dumps_json
+    from .run import SweepConfig, run_cells
 
     if args.workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {args.workers}")
@@ -93,7 +93,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if failed_all:
             print(f"infermax: error: {summary['error']}", file=sys.stderr)
         return EXIT_ALL_FAILED if failed_all else 0
-    from .output import format_table
+    from ..output import format_table
 
     cols = [c for c in SHOW if c in df]
     if not failed_all:
@@ -124,8 +124,8 @@ def _first_line(exc: BaseException) -> str:
 def cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from . import plots
-    from .output import dumps_json
+    from .. import plots
+    from ..output import dumps_json
 
     path = Path(args.results)
     if not path.exists():
@@ -160,7 +160,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def add_subcommands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="run a grid of workload x scheduler x limits x cost cells (resumable)")
     p.add_argument("config", help="sweep YAML (example: examples/grid.yaml; schema: python -m pydoc "
-                   "infermax.sweep_config)")
+                   "infermax.sweep.config)")
     p.add_argument("--out", help="results parquet (a CSV is written beside it; default: the config's out, "
                    "else CONFIG.parquet)")
     p.add_argument("--executor", default="local", help="serial, local (process pool), ray, or ray://host:port")

@@ -2,7 +2,7 @@
 Poisson arrival rate — the setups of the scheduling-theory papers (Jaillet et al. 2025's synthetic
 instances, Ao et al. 2025's request types).
 
-Spec (:mod:`infermax.workload_spec`): ``typed:types=NAME/PROMPT/OUTPUT/RATE+...,n=N[,seed=S][,offline=1]
+Spec (:mod:`infermax.workloads.spec`): ``typed:types=NAME/PROMPT/OUTPUT/RATE+...,n=N[,seed=S][,offline=1]
 [,tick=T]``, e.g. ``typed:types=short/64/32/2+long/512/128/0.5,n=1000``. A length is ``64`` (fixed),
 ``32-96`` (uniform integers, both ends included) or ``e64`` (geometric with mean 64, at least 1). RATE is
 requests/s of the type: the types are independent Poisson processes, merged (so the next request is of
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .types import MAX_TOKENS, Request, Workload
-from .workloads import MAX_REQUESTS, check_count, check_real
+from ..types import MAX_TOKENS, Request, Workload
+from . import MAX_REQUESTS, check_count, check_real
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 

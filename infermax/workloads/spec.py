@@ -13,9 +13,9 @@ module installs on import: :func:`infermax.types.register_spec_reader`):
   ``skip`` (rows to skip), ``time_scale`` (divide inter-arrival times),
   ``offline=1`` (all arrive at 0), ``max_len`` (clip I and O);
 - ``typed:types=short/64/32/2+long/512/128/0.5,n=1000`` — request types with length distributions and
-  Poisson rates (:mod:`infermax.workloads_typed`; options ``seed``, ``offline=1``, ``tick``);
+  Poisson rates (:mod:`infermax.workloads.typed`; options ``seed``, ``offline=1``, ``tick``);
 - ``pecsched:...`` and ``medha:...`` — the long-context workloads of
-  :mod:`infermax.workloads_long`, which also gives every kind its SLO options.
+  :mod:`infermax.workloads.long`, which also gives every kind its SLO options.
 
 Arrival options for ``fixed`` and ``mix``: ``rate`` (requests/s) gives Poisson
 arrivals; with ``cv`` != 1 the inter-arrival times are gamma distributed with that
@@ -33,10 +33,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from .types import MAX_TOKENS, Workload, parse_count, register_spec_reader
-from .workloads import BUILTIN_TRACES, MAX_REQUESTS, MAX_SEED, check_real, fixed, load_trace, mix
-from .workloads_long import medha_mix, pecsched_trace, with_slos
-from .workloads_typed import parse_types, typed
+from ..types import MAX_TOKENS, Workload, parse_count, register_spec_reader
+from . import BUILTIN_TRACES, MAX_REQUESTS, MAX_SEED, check_real, fixed, load_trace, mix
+from .long import medha_mix, pecsched_trace, with_slos
+from .typed import parse_types, typed
 
 
 def _options(parts: list[str], spec: str) -> dict[str, str]:

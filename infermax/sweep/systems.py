@@ -3,7 +3,7 @@
 A system is a cluster spec, a cluster policy and the scheduler every replica runs
 (plus, optionally, the engine's options, limits and a cost model). In a sweep
 config each ``systems`` item is one such block; the cells are workloads × systems
-(the grid of :mod:`infermax.sweep_config` runs beside them)::
+(the grid of :mod:`infermax.sweep.config` runs beside them)::
 
     systems:
       - name: loongserve                               # the label in the policy column
@@ -57,7 +57,7 @@ def canonical_system(block: Any) -> dict[str, Any]:
                          f"{', '.join(ENGINE_OPTIONS)}, got {options!r}")
     limits = block.get("limits")
     if limits is not None:
-        from .types import Limits
+        from ..types import Limits
         if not isinstance(limits, str) or any(p.split("=")[0].strip() == "M" for p in limits.split(",")):
             raise ValueError(f"sweep config: system {block.get('name', '?')!r}: limits must be a spec string "
                              f"without M (M is the cluster's), got {limits!r}")
