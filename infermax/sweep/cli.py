@@ -52,7 +52,8 @@ def _results_path(args: argparse.Namespace, cfg) -> Path:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..output import dumps_json
-    from .run import SweepConfig, run_cells
+    from .config import SweepConfig
+    from .run import run_cells
 
     if args.workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {args.workers}")

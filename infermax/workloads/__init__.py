@@ -4,6 +4,9 @@
 mixes) and ``load_trace`` (the Splitwise/Vidur and Azure CSV traces), with the
 checks every generator shares (``check_real``, ``check_count``). The spec strings
 that name them (``fixed:I=64,O=32,B=1024``) are read by :mod:`infermax.workloads.spec`.
+The package's modules: :mod:`.spec` (the spec grammar behind ``Workload.from_spec``; importing
+``infermax`` installs it), :mod:`.long` (PecSched's and Medha's long-context workloads, SLOs) and
+:mod:`.typed` (typed multi-class workloads).
 
 Named bounds: prompt and output lengths below 2^31 (``MAX_TOKENS``), at most 10^8
 requests in a synthetic workload (``MAX_REQUESTS``; a trace has as many as its rows).
