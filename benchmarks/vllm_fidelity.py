@@ -1,6 +1,6 @@
 """vLLM's real schedules on the catalogue: judged by replay, reproduced by the vllm-v1 preset (issue 37).
 
-For each case of :data:`infermax.engines.catalogue.CATALOGUE`: vLLM (the ``vllm`` extra) runs the
+For each case of :data:`vllm_catalogue.CATALOGUE`: vLLM (the ``vllm`` extra) runs the
 workload on a random-weight Llama (``llama-tiny``) and its scheduler's steps are recorded
 (``DIR/<case>/``: schedule.json, workload.json, limits.json, cost.json, measurements.json). The table
 prints, per case: steps, preemptions, the judge's verdict on vLLM's schedule under the mapped limits,
@@ -20,8 +20,9 @@ import datetime
 import sys
 from pathlib import Path
 
+from vllm_catalogue import Case, groups, select
+
 from infermax.costmodel import get_cost_model
-from infermax.engines.catalogue import Case, groups, select
 from infermax.engines.fidelity import compare_preset, judge
 from infermax.engines.records import load_engine_run, num_preemptions, write_engine_run
 

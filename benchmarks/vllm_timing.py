@@ -23,11 +23,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from vllm_catalogue import select
 
 from infermax import simulate
 from infermax.bounds.check import check_scheduler, reference_bound
 from infermax.costmodel.accuracy import error_stats
-from infermax.engines.catalogue import select
 from infermax.engines.records import load_engine_run, step_times
 from infermax.engines.timing import (
     batch_features,

@@ -52,9 +52,7 @@ def build(catalogue_dir: Path, plans_dir: Path, reps_dir: Path | None = None) ->
     """The notebook's tables from recorded run directories (see the module docstring); ``reps_dir``: repeated
     runs of some cases (``DIR/<case>/rep<k>``) for the spread of the measured means."""
     fidelity, timing = _bench("vllm_fidelity"), _bench("vllm_timing")
-    from infermax.engines.catalogue import select
-
-    cases = select(None)
+    cases = _bench("vllm_catalogue").select(None)
     rows = fidelity.analyse(catalogue_dir, cases, "vllm-v1")
     pc = {r["case"]: r["identical_%"] for r in fidelity.analyse(catalogue_dir, cases, "sarathi-pc")}
     catalogue = pd.DataFrame([{**r, "identical_sarathi_pc_%": pc[r["case"]]} for r in rows])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..types import Limits, Workload
+from infermax.types import Limits, Workload
 
 
 class Case(NamedTuple):
