@@ -85,6 +85,7 @@ class Policy:
     watermark: float = 0.0
     block_size: int | None = None
 
+    # complexity: one check per Policy field, each naming the field and value, read top to bottom
     def __post_init__(self) -> None:
         for name in ("allow_eviction", "hybrid", "chunked_prefill", "skip_on_fail", "lookahead", "stagger"):
             if not isinstance(getattr(self, name), bool):

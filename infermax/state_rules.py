@@ -178,6 +178,7 @@ class JudgeRules:
                                 f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} (M = {lim.M})")
         raise ScheduleError(j, "C", f"{n} tokens > C = {lim.C}")
 
+    # complexity: one test per rule of a hybrid run and per limit, in the order apply meets them
     def _check_hybrid_run(self, j: int, idx: np.ndarray, chunk: int, num_steps: int, m0: np.ndarray,
                           inp0: np.ndarray, mx: int, ix: int) -> tuple[np.ndarray, int, int] | None:
         """The rules of ``num_steps`` hybrid batches from ``j`` on: the decodes ``idx[:-1]`` (``m0``, ``inp0``)

@@ -335,6 +335,7 @@ class GetNextBatch(Scheduler):
         C, P = self._own_budgets(state.limits)
         self._C, self._P = (C, P) if tokens is None else (min(C, tokens), min(P, tokens))
 
+    # complexity: one branch per case of the run's horizon, decided inline: called before every batch
     def decode_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int]:
         """When every running request is decoding, the next batches decode them all, in priority
         order, while they fit (C, and the KV slots without reservations):
