@@ -178,17 +178,14 @@ class JudgeRules:
                                 f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} (M = {lim.M})")
         raise ScheduleError(j, "C", f"{n} tokens > C = {lim.C}")
 
-    # complexity: one test per rule of a hybrid run and per limit, in the order apply meets them
     def _check_hybrid_run(self, j: int, idx: np.ndarray, chunk: int, num_steps: int, m0: np.ndarray,
-                          inp0: np.ndarray, mx: int, ix: int) -> tuple[np.ndarray, int, int] | None:
+                          inp0: np.ndarray, mx: int, ix: int) -> tuple[np.ndarray, int]:
         """The rules of ``num_steps`` hybrid batches from ``j`` on: the decodes ``idx[:-1]`` (``m0``, ``inp0``)
         and the (re)fill ``idx[-1]`` (``mx`` of ``ix`` cached) processing ``chunk`` tokens a batch.
 
         Raises (``hybrid-run``) when they make no hybrid run: not running decodes and one running (re)fill,
         an empty chunk, a (re)fill reaching its input or a request completing before the last batch, a request
-        leaving this replica (hand_off). Returns None when a batch would break a limit (C, P, R_max, M,
-        M-blocks, a repeated request: ``apply`` names it, batch by batch) or the batches are not timed from
-        their sums; else (the decodes' batches left, the first completion, the blocks in use after the run)."""
+        leaving this replica (hand_off). Returns the decodes' batches left and the first completion."""
         n = int(idx.size) - 1
         # (the statuses and the flags as bytes: counted and searched without a NumPy call)
         if (n < 1 or chunk < 1 or self.status[idx].tobytes().count(RUNNING) != n + 1
@@ -206,16 +203,7 @@ class JudgeRules:
         if self._stop is not None and np.count_nonzero(self._stop[idx] < self.output_lens[idx]):
             raise ScheduleError(j, "hybrid-run", "a hybrid run may not hold a request that leaves this replica "
                                 "after its first token (hand_off)")
-        lim, width = self.limits, n + chunk
-        if (self._timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
-                or self.kv_used + num_steps * width + self.external_kv > lim.M or self._repeats(idx)):
-            return None
-        if self._block == 1:
-            return left, first_done, 0
-        blocks = self._hybrid_blocks(m0, mx, chunk, num_steps)
-        if blocks + self._external_blocks() > self._num_blocks:
-            return None        # (the blocks only grow along the run: the last batch holds the most)
-        return left, first_done, blocks
+        return left, first_done
 
     def _repeats(self, idx: np.ndarray) -> bool:
         """Whether a request appears twice in ``idx`` (``_check_requests``' test: the last write of a repeated

@@ -106,10 +106,10 @@ class DecodeRuns:
         j, n = self.num_batches, int(idx.size) - 1
         m0, inp0 = self.m[idx], self.inp[idx]
         mx, ix = int(m0[n]), int(inp0[n])
-        checked = self._check_hybrid_run(j, idx, chunk, num_steps, m0, inp0, mx, ix)
-        if checked is None:
+        left, first_done = self._check_hybrid_run(j, idx, chunk, num_steps, m0, inp0, mx, ix)
+        blocks = self._hybrid_fits(idx, chunk, num_steps, m0, mx)
+        if blocks is None:
             return None
-        left, first_done, blocks = checked
         dec, timer, width, kv0 = idx[:n], self._timer, n + chunk, self.kv_used
         nxt = self.next_arrival_s
         stop = math.inf if nxt is None else nxt
@@ -150,6 +150,21 @@ class DecodeRuns:
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return HybridSegment(idx, tokens, k, starts, durations, kv, running)
+
+    def _hybrid_fits(self, idx: np.ndarray, chunk: int, num_steps: int, m0: np.ndarray, mx: int) -> int | None:
+        """The blocks in use after the ``num_steps`` hybrid batches of ``idx`` (0 when block_size is 1), or None when
+        the closed form does not apply: the batches are not timed from their sums, or one would break a limit (C,
+        P, R_max, M, M-blocks, a repeated request), which ``apply``, batch by batch, names."""
+        lim, width = self.limits, int(idx.size) - 1 + chunk
+        if (self._timer is None or width > lim.C or chunk > lim.P or self.num_running > lim.max_running
+                or self.kv_used + num_steps * width + self.external_kv > lim.M or self._repeats(idx)):
+            return None
+        if self._block == 1:
+            return 0
+        blocks = self._hybrid_blocks(m0, mx, chunk, num_steps)
+        if blocks + self._external_blocks() > self._num_blocks:
+            return None        # (the blocks only grow along the run: the last batch holds the most)
+        return blocks
 
     def _hybrid_blocks(self, m0: np.ndarray, mx: int, chunk: int, num_steps: int) -> int:
         """Blocks in use after ``num_steps`` batches of the decodes holding ``m0[:-1]`` and a (re)fill of ``chunk``
