@@ -80,6 +80,7 @@ class HeldOut:
         return out
 
 
+# complexity: the batch kinds picked from the rows, each one's row filters written inline as comprehensions
 def compose_batches(data: OperatorData, rng: np.random.Generator, per_kind: int = 200
                     ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, float]]:
     """Batches (tokens, kv_before, is_decode, measured_s) built from the rows of ``data``."""

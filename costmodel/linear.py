@@ -102,6 +102,7 @@ class LinearCoefficients:
     prefill_token_s: float
     request_s: float
 
+    # complexity: one check per coefficient, each naming the field and value, read top to bottom
     def __init__(self, *, nonattn_lines: Any = _DEFAULT["nonattn_lines"],
                  decode_bias_s: float = _DEFAULT["decode_bias_s"], decode_kv_s: float = _DEFAULT["decode_kv_s"],
                  prefill_bias_s: float = _DEFAULT["prefill_bias_s"],

@@ -316,6 +316,7 @@ def _model_horizon(objective: str, ws: WarmStart | None, workload: Workload, cos
     return max(J, int(workload.output_lens.max())), proven
 
 
+# complexity: the three methods in turn, one branch per budget, warm start and early exit between them
 def _run_solvers(stage: Stage, methods: Methods, ws: WarmStart | None, track: "Tracker", stop_early: bool) -> None:
     """The class-state search, the aggregate MILP and the per-request MILP, each warm-started by the last.
 
@@ -396,6 +397,7 @@ def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective:
         return None
 
 
+# complexity: the search's stages in turn (table, beam, A*), one branch per budget and early exit
 def _solve_search(stage: Stage, *, ws: WarmStart, reserve: bool) -> SearchOutcome:
     """The class-state search (:mod:`.search`): relaxation table, beam incumbents, then A*.
 

@@ -113,6 +113,7 @@ def meets(ws: WarmStart, objective: str, target: float) -> bool:
     return value <= target
 
 
+# complexity: one branch per solver outcome (schedule or warm start, bound, gap, status), read in order
 def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objective: str, J: int, proven: bool,
                 hinted: bool, rel_gap: float, t0: float, target: float | None,
                 extract: Callable[[np.ndarray, dict], Schedule], method: str,

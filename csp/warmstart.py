@@ -139,6 +139,7 @@ def horizon_for_events(upper_s: float, workload: Workload, limits: Limits, cost:
     return prefix + tail
 
 
+# complexity: one loop per variable family of the model, each filled from the schedule, in model order
 def assign(fm: Formulation, schedule: Schedule) -> np.ndarray:
     """Every model variable's value for ``schedule`` (which must fit in the horizon).
 

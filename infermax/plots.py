@@ -71,6 +71,7 @@ def _facet(value: Any, name: str) -> str:
     return f"{name} = {value}"
 
 
+# complexity: one branch per layout choice (col, row, per-metric panels, hues, log axes, legend), read in order
 def metric_grid(df, metrics: "str | Sequence[str]" = "tps", x: str = "I", hue: str = "scheduler",
                 col: str | None = "O", row: str | None = None, logx: bool = True, logy: bool = False,
                 hue_order: Sequence[str] | None = None, title: str | None = None, panel_size=(3.2, 2.4)):

@@ -95,6 +95,10 @@ class Policy:
         _check_key("victim", self.victim, VICTIMS)
         if self.lookahead and (self.priority == "rank" or not self.allow_eviction or self.C is not None):
             raise ValueError("Policy.lookahead needs priority prefill or decode, allow_eviction=True and C=None")
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        """(``__post_init__``) The budgets are positive integers or None, the watermark a fraction."""
         for name in ("P", "R_max", "C", "block_size"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):

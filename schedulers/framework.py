@@ -42,12 +42,17 @@ from .base import Plan, Scheduler
 from .lookahead import Admission
 from .pinning import PinGuard
 
-PREFILL, DECODE = 1, 2
+#: a batch's phase (``_Builder.phase``): none yet (no candidate taken), prefill or decode
+NO_PHASE, PREFILL, DECODE = 0, 1, 2
 # what the members of a candidate group are (lets CanAllocate skip per-candidate work)
 DECODE_GROUP, PREFILL_GROUP, WAITING_GROUP, MIXED_GROUP = 0, 1, 2, 3
 _PHASE_OF = {DECODE_GROUP: DECODE, PREFILL_GROUP: PREFILL, WAITING_GROUP: PREFILL}
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.setflags(write=False)
+_NOTHING = (0, 0, 0, 0)      # the (Σtokens, Σprefill, Σmemory, Σnew) of an empty prefix
+# what hook 4 (GotoNextGroupOrEvict) did with the first candidate of a group that does not fit
+_RETRY = 0      # evicted (for it, or it) or set pinned requests aside: the rest of the group is tried again
+_PASSED = 1     # it took a chunk or was left out: the group ends there, unless skip mode goes on
 # the reductions behind ndarray.sum/min/max, called directly: the methods' per-call overhead shows on the
 # small arrays a batch decision handles
 _sum, _min, _max = np.add.reduce, np.minimum.reduce, np.maximum.reduce
@@ -70,7 +75,7 @@ class _Builder:
                  pins: dict[int, tuple[int, int]] | None = None) -> None:
         self.C, self.P, self.mem, self.run = C, P, mem, run
         self.pins = pins   # pinned {index: (m, peak)} after this batch's steps so far (None: no guard)
-        self.phase = 0
+        self.phase = NO_PHASE
         self.idx: list[np.ndarray] = []
         self.tok: list[np.ndarray] = []
         self.evicted: list[int] = []
@@ -143,13 +148,7 @@ class GetNextBatch(Scheduler):
         self._version = -1
         self._future_refusal = False
         lim, p = state.limits, self.policy
-        if p.block_size is not None and lim.block_size != p.block_size:
-            raise ValueError(f"scheduler {self.name!r} models KV blocks of {p.block_size} tokens but "
-                             f"Limits.block_size = {lim.block_size}; run it through simulate, which applies it")
-        if p.lookahead and lim.block_size > 1:
-            raise ValueError(f"scheduler {self.name!r}: look-ahead admission predicts KV in tokens; "
-                             f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef "
-                             f"variant)")
+        self._check_blocks(lim)
         self._bs = lim.block_size
         # log2 of the block size when it is a power of two > 1 (blocks by shifts and masks), else 0
         self._shift = self._bs.bit_length() - 1 if self._bs > 1 and not self._bs & (self._bs - 1) else 0
@@ -161,26 +160,53 @@ class GetNextBatch(Scheduler):
         self._reserves_blocks = self._bs > 1 and not self._ef
         self._blocks = lim.num_blocks          # the KV budget, in blocks (tokens when block_size is 1)
         self._wm = int(p.watermark * self._blocks)
-        self._C = min(p.C, lim.C) if p.C is not None else lim.C
-        self._P = min(p.P, lim.P) if p.P is not None else lim.P
+        self._C, self._P = self._own_budgets(lim)
         self._R = min(p.R_max, lim.max_running) if p.R_max is not None else lim.max_running
         # largest (re)fill one batch can hold without chunked prefill (None: chunks have no such bound)
         self._cap = None if p.chunked_prefill else min(self._C, self._P)
         self._admission = Admission(self._P, self._R, p.priority, p.hybrid, p.stagger) if p.lookahead else None
         self._pins = PinGuard(self._cap, self._peak, self._blocks, p.hybrid,
                               active=not (self._ef or p.lookahead), block=self._bs)
-        # hybrid runs (hybrid_run): decode priority with hybrid batches and chunked prefill, a static order, no
-        # look-ahead or pins, and this class's own hooks (a subclass may group or fill otherwise)
-        self._hybrid_runs = (type(self) is GetNextBatch and p.priority == "decode" and p.hybrid and p.chunked_prefill
-                             and not self._dynamic and self._admission is None and not self._pins.active)
+        self._hybrid_runs = self._runs_hybrid()
         if not p.chunked_prefill:
-            cap = self._cap
-            too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
-            if too_long.size:
-                i = int(too_long[0])
-                raise ValueError(f"scheduler {self.name!r} has no chunked prefill, but request "
-                                 f"{int(state.workload.ids[i])} has {int(state.input_lens[i])} prompt tokens > "
-                                 f"min(C = {self._C}, P = {self._P}); raise C/P or use a chunked scheduler")
+            self._check_prompts_fit(state)
+
+    def _own_budgets(self, lim) -> tuple[int, int]:
+        """C and P of this scheduler's batches: the policy's where it sets them, within the Limits'."""
+        p = self.policy
+        C = min(p.C, lim.C) if p.C is not None else lim.C
+        P = min(p.P, lim.P) if p.P is not None else lim.P
+        return C, P
+
+    def _runs_hybrid(self) -> bool:
+        """Whether :meth:`hybrid_run` may run hybrid batches in closed form: decode priority with hybrid batches
+        and chunked prefill, a static order, no look-ahead or pins, and this class's own hooks (a subclass
+        may group or fill otherwise)."""
+        p = self.policy
+        return (type(self) is GetNextBatch and p.priority == "decode" and p.hybrid and p.chunked_prefill
+                and not self._dynamic and self._admission is None and not self._pins.active)
+
+    def _check_blocks(self, lim) -> None:
+        """(``reset``) The policy's KV blocks are the Limits' (``simulate`` applies them), and look-ahead
+        admission, which predicts KV in tokens, runs on tokens."""
+        p = self.policy
+        if p.block_size is not None and lim.block_size != p.block_size:
+            raise ValueError(f"scheduler {self.name!r} models KV blocks of {p.block_size} tokens but "
+                             f"Limits.block_size = {lim.block_size}; run it through simulate, which applies it")
+        if p.lookahead and lim.block_size > 1:
+            raise ValueError(f"scheduler {self.name!r}: look-ahead admission predicts KV in tokens; "
+                             f"Limits.block_size = {lim.block_size} > 1 is not supported (use the plain or -ef "
+                             f"variant)")
+
+    def _check_prompts_fit(self, state: ServingState) -> None:
+        """(``reset``, without chunked prefill) Every prompt that may reach this scheduler fits in one batch."""
+        cap = self._cap
+        too_long = np.flatnonzero((state.input_lens > cap) & (True if state.serves is None else state.serves))
+        if too_long.size:
+            i = int(too_long[0])
+            raise ValueError(f"scheduler {self.name!r} has no chunked prefill, but request "
+                             f"{int(state.workload.ids[i])} has {int(state.input_lens[i])} prompt tokens > "
+                             f"min(C = {self._C}, P = {self._P}); raise C/P or use a chunked scheduler")
 
     def _sets(self, state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Running, waiting and both, in priority order (recomputed only on status changes,
@@ -306,11 +332,10 @@ class GetNextBatch(Scheduler):
     def set_token_budget(self, state: ServingState, tokens: int | None) -> None:
         """Cap the tokens of the next batches at ``tokens`` (None: the scheduler's own C and P again) —
         the cluster layer's colocation threshold (PecSched §5.2)."""
-        p, lim = self.policy, state.limits
-        C = min(p.C, lim.C) if p.C is not None else lim.C
-        P = min(p.P, lim.P) if p.P is not None else lim.P
+        C, P = self._own_budgets(state.limits)
         self._C, self._P = (C, P) if tokens is None else (min(C, tokens), min(P, tokens))
 
+    # complexity: one branch per case of the run's horizon, decided inline: called before every batch
     def decode_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int]:
         """When every running request is decoding, the next batches decode them all, in priority
         order, while they fit (C, and the KV slots without reservations):
@@ -455,74 +480,89 @@ class GetNextBatch(Scheduler):
         mem = self._blk(int(self._peak[x]) if self._ef else inp) if new else 0
         return inp - m, False, mem, int(new)
 
-    def _prefix(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
-        """Hook 3, CanAllocate, for the longest prefix of ``rest`` that fits whole.
+    # --- hook 3: CanAllocate, a prefix of a group at a time ---------------------------------------------
+    # Each returns (rest, k, tokens of the k, (Σtokens, Σprefill, Σmemory, Σnew), phase) for the longest prefix
+    # of ``rest`` (a group of kind ``kind``) that fits whole; ``rest`` may shrink when hybrid batching is off.
+    def _admit_decodes(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
+        """The running decodes that fit: C, a new KV block for each that fills its last one (none when
+        eviction-free: reserved at admission), the pinned requests' room."""
+        per = 0 if self._ef else 1
+        c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
+        if self._bs > 1 and per:
+            new = self._decode_blocks(state.m[rest[:b.C]])
+            total = int(_count_nonzero(new))      # (a 0 or a 1 each)
+            if total <= b.mem and b.pins is None:   # all fit (usually): no prefix sums
+                return rest, new.size, _ones(new.size), (new.size, 0, total, 0), DECODE
+            c_new = new.cumsum()
+            k = int(c_new.searchsorted(b.mem, "right"))
+        else:
+            k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
+        if b.pins is not None:
+            k = self._pins.after(state, b, rest[:k], _ones(k))[0]
+        used = k * per if c_new is None else (int(c_new[k - 1]) if k else 0)
+        return rest, k, _ones(k), (k, 0, used, 0), DECODE
 
-        Returns (rest, k, tokens of the k, (Σtokens, Σprefill, Σmemory, Σnew), phase);
-        ``rest`` may shrink when hybrid batching is off (hook 2).
-        """
-        if kind == DECODE_GROUP:
-            per = 0 if self._ef else 1
-            c_new = None           # cumulative new blocks, when a decode needs one only at a block's end
-            if self._bs > 1 and per:
-                new = self._decode_blocks(state.m[rest[:b.C]])
-                total = int(_count_nonzero(new))      # (a 0 or a 1 each)
-                if total <= b.mem and b.pins is None:   # all fit (usually): no prefix sums
-                    return rest, new.size, _ones(new.size), (new.size, 0, total, 0), DECODE
-                c_new = new.cumsum()
-                k = int(c_new.searchsorted(b.mem, "right"))
+    def _admit_fills(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
+        """Whole (re)fills that fit in C and P: the rest of the input of running prefills, or (a waiting
+        group) the whole input of requests taking KV and a running slot (:meth:`_admit_waiting`)."""
+        waiting = kind == WAITING_GROUP
+        inp = state.inp[rest]
+        tok = inp if waiting else inp - state.m[rest]
+        cap = min(b.C, b.P)
+        head, head_mem = int(tok[0]), self._head_mem(tok, rest) if waiting else 0
+        if head > cap or (waiting and (b.run < 1 or head_mem > self._room(b, True))):
+            return rest, 0, tok[:0], _NOTHING, PREFILL
+        c_tok = c_mem = None    # prefix sums of the tokens and of the KV taken, when there are several
+        if rest.size == 1:      # (one candidate, usually: the head, which fits, as just checked)
+            k = 1
+        else:
+            c_tok = tok.cumsum()
+            k = int(c_tok.searchsorted(cap, "right"))
+        if waiting:
+            k, c_mem = self._admit_waiting(state, b, rest, tok, c_tok, k)
+        used = (head if c_tok is None else int(c_tok[k - 1])) if k else 0
+        mem = (head_mem if c_mem is None else int(c_mem[k - 1])) if k and waiting else 0
+        return rest, k, tok[:k], (used, used, mem, k if waiting else 0), PREFILL
+
+    def _admit_waiting(self, state: ServingState, b: _Builder, rest: np.ndarray, tok: np.ndarray,
+                       c_tok: np.ndarray | None, k: int) -> tuple[int, np.ndarray | None]:
+        """Of the first ``k`` waiting candidates (their tokens ``tok``, prefix sums ``c_tok``: None for the head
+        alone), how many also fit in the KV (less the watermark), the running slots, the look-ahead
+        admission and the pinned requests' room; and the prefix sums of the KV they take (None: the head's)."""
+        c_mem = None
+        if c_tok is not None:
+            own = self._blk(self._peak[rest] if self._ef else tok)
+            c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
+            if self._wm and int(c_mem[-1]) > b.mem - self._wm:     # (the head passed its own check)
+                fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
+                k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
+            elif self._wm:   # all fit even with the watermark kept free after each (the gate is 0 or it)
+                k = min(k, rest.size, b.run)
             else:
-                k = max(0, min(rest.size, b.C, b.mem // per if per else rest.size))
-            if b.pins is not None:
-                k = self._pins.after(state, b, rest[:k], _ones(k))[0]
-            used = k * per if c_new is None else (int(c_new[k - 1]) if k else 0)
-            return rest, k, _ones(k), (k, 0, used, 0), DECODE
-        if kind == PREFILL_GROUP or kind == WAITING_GROUP:
-            waiting = kind == WAITING_GROUP
-            inp = state.inp[rest]
-            tok = inp if waiting else inp - state.m[rest]
-            cap = min(b.C, b.P)
-            head, head_mem = int(tok[0]), self._head_mem(tok, rest) if waiting else 0
-            if head > cap or (waiting and (b.run < 1 or head_mem > self._room(b, True))):
-                return rest, 0, tok[:0], (0, 0, 0, 0), PREFILL
-            c_tok = c_mem = None    # prefix sums of the tokens and of the KV taken, when there are several
-            if rest.size == 1:      # (one candidate, usually: the head, which fits, as just checked)
-                k = 1
-            else:
-                c_tok = tok.cumsum()
-                k = int(c_tok.searchsorted(cap, "right"))
-            if waiting:
-                if c_tok is not None:
-                    own = self._blk(self._peak[rest] if self._ef else tok)
-                    c_mem = own.cumsum() if self._ef or self._bs > 1 else c_tok
-                    if self._wm and int(c_mem[-1]) > b.mem - self._wm:     # (the head passed its own check above)
-                        fits = c_mem <= b.mem - self._gate(b, c_mem, own, np.ones(rest.size, dtype=bool))
-                        k = min(k, rest.size if fits.all() else max(1, int(np.argmin(fits))), b.run)
-                    elif self._wm:   # all fit even with the watermark kept free after each (the gate is 0 or it)
-                        k = min(k, rest.size, b.run)
-                    else:
-                        k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
-                if k and self.policy.lookahead:
-                    k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
-                if b.pins is not None:
-                    k, k_all = self._pins.after(state, b, rest[:k], tok[:k])[0], k
-                    b.future_refusal |= k < k_all   # the pinned requests' room changes as they grow
-            used = (head if c_tok is None else int(c_tok[k - 1])) if k else 0
-            mem = (head_mem if c_mem is None else int(c_mem[k - 1])) if k and waiting else 0
-            return rest, k, tok[:k], (used, used, mem, k if waiting else 0), PREFILL
+                k = min(k, int(c_mem.searchsorted(b.mem, "right")), b.run)
+        if k and self.policy.lookahead:
+            k = self._admission.admit(state, b, self._sets(state)[0], rest[:k], tok[:k])
+        if b.pins is not None:
+            k, k_all = self._pins.after(state, b, rest[:k], tok[:k])[0], k
+            b.future_refusal |= k < k_all   # the pinned requests' room changes as they grow
+        return k, c_mem
+
+    def _admit_mixed(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int):
+        """Candidates of both phases, each with its own needs (hook 2, CheckHybridBatching, first: without
+        hybrid batches the candidates of the other phase than the batch's are skipped)."""
         tok, dec, pf, mem, new = self._needs(state, rest)
         if not self.policy.hybrid:  # hook 2: CheckHybridBatching — other-phase candidates are skipped
             keep = dec == ((b.phase or (DECODE if dec[0] else PREFILL)) == DECODE)
             if not keep.all():
                 rest, tok, dec, pf, mem, new = rest[keep], tok[keep], dec[keep], pf[keep], mem[keep], new[keep]
                 if not rest.size:
-                    return rest, 0, tok, (0, 0, 0, 0), 0
+                    return rest, 0, tok, _NOTHING, NO_PHASE
         c_tok, c_pf, c_mem, c_new = tok.cumsum(), pf.cumsum(), mem.cumsum(), new.cumsum()
         room = b.mem - self._gate(b, c_mem, mem, new) if self._wm else b.mem
         fits = (c_tok <= b.C) & (c_pf <= b.P) & (c_mem <= room) & (c_new <= b.run)
         k = rest.size if fits.all() else int(np.argmin(fits))
         if not k:
-            return rest, 0, tok[:0], (0, 0, 0, 0), 0
+            return rest, 0, tok[:0], _NOTHING, NO_PHASE
         last = k - 1
         totals = (int(c_tok[last]), int(c_pf[last]), int(c_mem[last]), int(c_new[last]))
         return rest, k, tok[:k], totals, DECODE if dec[0] else PREFILL
@@ -530,12 +570,18 @@ class GetNextBatch(Scheduler):
     def _head_mem(self, tok: np.ndarray, rest: np.ndarray) -> int:
         return int(self._blk(self._peak[rest[0]] if self._ef else tok[0]))
 
+    # --- the loop over one group: hooks 2-4 -----------------------------------------------------------------
     def _fill(self, state: ServingState, b: _Builder, rest: np.ndarray, kind: int) -> None:
-        pol = self.policy
+        """Hooks 2-4 over one group ``rest`` of candidates of kind ``kind``: take the longest prefix that fits
+        (CanAllocate), then decide about the first candidate that does not (GotoNextGroupOrEvict), until the
+        group or the batch's tokens run out."""
+        admit = (self._admit_decodes if kind == DECODE_GROUP else self._admit_mixed if kind == MIXED_GROUP
+                 else self._admit_fills)
+        hybrid, skip = self.policy.hybrid, self.policy.skip_on_fail
         while rest.size and b.C > 0:
-            if not pol.hybrid and b.phase and kind != MIXED_GROUP and b.phase != _PHASE_OF[kind]:
+            if not hybrid and b.phase and kind != MIXED_GROUP and b.phase != _PHASE_OF[kind]:
                 return  # hook 2: the whole group is of the other phase
-            rest, k, tok, (d_tok, d_pf, d_mem, d_new), phase = self._prefix(state, b, rest, kind)
+            rest, k, tok, (d_tok, d_pf, d_mem, d_new), phase = admit(state, b, rest, kind)
             if k:
                 b.take(rest[:k], tok, phase)
                 b.C, b.P, b.mem, b.run = b.C - d_tok, b.P - d_pf, b.mem - d_mem, b.run - d_new
@@ -543,36 +589,51 @@ class GetNextBatch(Scheduler):
                     b.pins = self._pins.after(state, b, rest[:k], tok, check=False)[1]
             if k == rest.size or b.C == 0:
                 return  # (with no token left, evicting for the next candidate could not let it run)
-            x = int(rest[k])
-            rest = rest[k + 1:]
-            tx, dx, mx, nx = self._need_one(state, x)
-            # hook 4: GotoNextGroupOrEvict
-            if dx and b.pins is not None and self._pins.refuses(state, b, x):
-                if self._pins.pinned(state, np.array([x]))[0]:
-                    # x waits, and so does every pinned request needing as much (slack only shrinks); in
-                    # blocks, counted in blocks, and only a step that takes a new block (another grows in place)
-                    need = self._blk(self._peak[rest]) - self._blk(state.m[rest])
-                    need_x = int(self._blk(self._peak[x]) - self._blk(state.m[x]))
-                    same = self._pins.pinned(state, rest) & (need >= need_x)
-                    if self._bs > 1:
-                        same &= self._decode_blocks(state.m[rest]) > 0
-                    rest = rest[~same]
-                else:   # preempted while its refill still fits in one batch
-                    rest = self._evict(b, np.array([x]), int(self._blk(state.m[x])), rest)
-                continue
-            if mx > b.mem and dx and not self._ef:
-                rest = self._evict_for(state, b, x, mx, rest)
-                continue
-            if mx <= self._room(b, bool(nx)) and nx <= b.run and not dx and pol.chunked_prefill:
-                chunk = min(tx, b.C, b.P)
-                if chunk >= 1 and nx and pol.lookahead:
-                    chunk *= self._admission.admit(state, b, self._sets(state)[0], np.array([x]), np.array([chunk]))
-                if chunk >= 1:
-                    b.take(np.array([x]), np.array([chunk]), PREFILL)
-                    b.C, b.P, b.mem, b.run = b.C - chunk, b.P - chunk, b.mem - mx, b.run - nx
-            if not pol.skip_on_fail:
-                return
-            rest = self._feasible_alone(state, b, rest)
+            rest, outcome = self._goto_next_or_evict(state, b, int(rest[k]), rest[k + 1:])
+            if outcome == _PASSED:
+                if not skip:
+                    return
+                rest = self._feasible_alone(state, b, rest)
+
+    # --- hook 4: GotoNextGroupOrEvict --------------------------------------------------------------------------
+    def _goto_next_or_evict(self, state: ServingState, b: _Builder, x: int, rest: np.ndarray
+                            ) -> tuple[np.ndarray, int]:
+        """The first candidate ``x`` of a group that does not fit (``rest``: the candidates after it): a decode the
+        pinned requests refuse waits or is preempted, a decode short of KV evicts (:meth:`_evict_for`), a
+        prefill with chunked prefill on takes a chunk (:meth:`_chunk_prefill`). Returns the candidates left and
+        :data:`_RETRY` (try them: evictions or pins changed the budgets) or :data:`_PASSED` (``x`` is done with)."""
+        tx, dx, mx, nx = self._need_one(state, x)
+        if dx and b.pins is not None and self._pins.refuses(state, b, x):
+            return self._pin_refused(state, b, x, rest), _RETRY
+        if mx > b.mem and dx and not self._ef:
+            return self._evict_for(state, b, x, mx, rest), _RETRY
+        if mx <= self._room(b, bool(nx)) and nx <= b.run and not dx and self.policy.chunked_prefill:
+            self._chunk_prefill(state, b, x, tx, mx, nx)
+        return rest, _PASSED
+
+    def _pin_refused(self, state: ServingState, b: _Builder, x: int, rest: np.ndarray) -> np.ndarray:
+        """The pinned requests refuse decode ``x`` a token: a pinned ``x`` waits, and so does every pinned request
+        needing as much (slack only shrinks); an unpinned one is preempted while its refill still fits in one
+        batch. Returns the candidates left."""
+        if self._pins.pinned(state, np.array([x]))[0]:
+            # in blocks, counted in blocks, and only a step that takes a new block (another grows in place)
+            need = self._blk(self._peak[rest]) - self._blk(state.m[rest])
+            need_x = int(self._blk(self._peak[x]) - self._blk(state.m[x]))
+            same = self._pins.pinned(state, rest) & (need >= need_x)
+            if self._bs > 1:
+                same &= self._decode_blocks(state.m[rest]) > 0
+            return rest[~same]
+        return self._evict(b, np.array([x]), int(self._blk(state.m[x])), rest)
+
+    def _chunk_prefill(self, state: ServingState, b: _Builder, x: int, tx: int, mx: int, nx: int) -> None:
+        """Chunked prefill: (re)fill ``x`` (``tx`` tokens left, ``mx`` KV blocks to reserve, ``nx``: newly
+        running) takes the tokens the batch has left, min(C, P), cut further by the look-ahead admission."""
+        chunk = min(tx, b.C, b.P)
+        if chunk >= 1 and nx and self.policy.lookahead:
+            chunk *= self._admission.admit(state, b, self._sets(state)[0], np.array([x]), np.array([chunk]))
+        if chunk >= 1:
+            b.take(np.array([x]), np.array([chunk]), PREFILL)
+            b.C, b.P, b.mem, b.run = b.C - chunk, b.P - chunk, b.mem - mx, b.run - nx
 
     def _feasible_alone(self, state: ServingState, b: _Builder, rest: np.ndarray) -> np.ndarray:
         """Skip mode: drop candidates that could not be allocated even alone (decodes may evict)."""

@@ -76,6 +76,7 @@ class Medha(Scheduler):
         deadline = state.arrivals_s[idx] + self._ttft[idx]
         return (deadline - state.clock_s - remaining) / self._ttft[idx]
 
+    # complexity: Medha's batch rule in order: decodes, slack-ordered prefills, shares, chunk sizes
     def next_batch(self, state: ServingState) -> Plan:
         draft = BatchDraft(state, self._R)
         dec = decoding(state)

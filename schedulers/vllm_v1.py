@@ -82,6 +82,7 @@ class VllmV1(Scheduler):
             self._waiting.append(int(order[self._seen]))
             self._seen += 1
 
+    # complexity: vLLM v1's scheduling loop as it reads: running first (with preemption), then waiting
     def next_batch(self, state: ServingState) -> Plan:
         self._sync(state)
         m, inp = state.m, state.inp

@@ -231,6 +231,27 @@ def test_a_hybrid_run_that_breaks_its_promise_is_refused():
         state.apply(np.array([2, 2, 0]), np.array([1, 1, 10]), np.zeros(0, dtype=np.int64))
 
 
+@pytest.mark.parametrize("rule, limits, batch", [("M", Limits(M=30, C=64), 12), ("C", Limits(M=1000, C=2), 3),
+                                                  ("M-blocks", Limits(M=32, C=64, block_size=4), 10)])
+def test_a_decode_run_refuses_what_apply_refuses_at_the_same_batch(rule, limits, batch):
+    """``apply_decode_run`` names the rule and the batch that its decodes, applied one batch at a time, break
+    first (the run's refusal, state_rules' ``_refuse_decode_segment``), and applies nothing of the run."""
+    state = ServingState(Workload.from_lengths([1, 1, 1], [20, 20, 20]), limits, LinearCostModel())
+    none = np.zeros(0, dtype=np.int64)
+    for i in range(3):       # each prefill alone (C = 2 holds one), each generating its first token
+        state.apply(np.array([i]), np.array([1]), none)
+    idx = np.arange(3)
+    one = copy.deepcopy(state)
+    with pytest.raises(ScheduleError) as by_apply:
+        for _ in range(30):
+            one.apply(idx, np.ones(3, dtype=np.int64), none)
+    before = copy.deepcopy(state)
+    with pytest.raises(ScheduleError) as by_run:
+        state.apply_decode_run(idx, 30)
+    assert (by_run.value.rule, by_run.value.batch) == (by_apply.value.rule, by_apply.value.batch) == (rule, batch)
+    _same_state(state, before)
+
+
 # --- workloads from lengths, checked at once ------------------------------------------------------------------------
 
 def _one_by_one(ins, outs, arrivals):

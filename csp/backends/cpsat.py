@@ -78,6 +78,7 @@ def _scaled_row(row, coefs: np.ndarray, ranges: np.ndarray, continuous: bool, st
     return ic, lo, hi
 
 
+# complexity: one backend: translate each row kind, hint, solve, read back each status, in order
 def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
           rel_gap: float = 1e-4, log: bool = False, params: dict | None = None) -> SolveResult:
     """Solve with CP-SAT; ``params`` are extra CpSolver parameters (name -> value).

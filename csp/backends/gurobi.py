@@ -45,6 +45,7 @@ def _size_error(num_vars: int, num_cons: int) -> ModelTooLarge:
         f"full Gurobi licence")
 
 
+# complexity: one backend: translate each row kind, hint, solve, read back each status, in order
 def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
           rel_gap: float = 1e-4, log: bool = False, products: str = "exact", big_m: str = "tight") -> SolveResult:
     """Solve with Gurobi: translate the model row by row, hint, solve, read the values and status back.

@@ -33,6 +33,7 @@ def is_available() -> bool:
     return hasattr(mathopt.SolverType, "GSCIP")
 
 
+# complexity: one backend: translate each row kind, hint, solve, read back each status, in order
 def solve(model: Model, time_limit_s: float, threads: int | None = None, hint: dict[int, float] | None = None,
           rel_gap: float = 1e-4, log: bool = False, products: str = "exact", big_m: str = "tight") -> SolveResult:
     """Solve with MathOpt: translate the model row by row, hint, solve, read the values and status back.

@@ -47,6 +47,7 @@ def is_applicable(workload: Workload, objective: str) -> bool:
     return objective in ("latency", "throughput") and workload.is_offline
 
 
+# complexity: the model's row families side by side, one branch per arc kind, as the docstring lists
 def build_aggregate(workload: Workload, limits: Limits, cost: CostModel, policy: Policy, horizon: int,
                     min_batches: int = 0, exact_batches: bool = False,
                     deadline: float = math.inf) -> Formulation:
@@ -151,6 +152,7 @@ def probe_batch_count(workload: Workload, limits: Limits, cost: CostModel, polic
     return stop + 1
 
 
+# complexity: one loop per class, batch and arc kind (XD, XP, EW, EC) a class path takes
 def to_schedule(fm: Formulation, values: np.ndarray, meta: dict) -> Schedule:
     """Decompose the class flows of a solution into per-request paths (any order within a class).
 

@@ -89,6 +89,7 @@ def _generating(F: ClassFlow, t: int, j: int) -> LinExpr:
     return F.XD[t][j] + F.EC[t][j] + F.XP[t][j]
 
 
+# complexity: one sum per row of the batch's links (the docstring's list)
 def _link_batch(fm: Formulation, cls: list[int], F: ClassFlow, I: int, O: int, j: int, dominance: bool) -> None:
     """Batch j's per-request sums of the class (tokens generated, decodes, KV read, evictions, KV held) equal
     (or, without dominance, bound) the flows' counts. Its complexity is the sums, one per row."""
@@ -161,6 +162,7 @@ def _dff_family(fm: Formulation, count: int) -> list[int]:
     return ([best] + [k for k in (1, 2, 3, 4, 5) if k != best])[:count]
 
 
+# complexity: one block per node and arc family of the flow, with its conservation rows
 def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictable: bool) -> ClassFlow:
     """Node counts R_t, W_t, done at every state and arc counts on every batch, with conservation.
 
@@ -202,6 +204,7 @@ def class_flow(fm: Formulation, cls: list[int], n: int, I: int, O: int, evictabl
     return F
 
 
+# complexity: one block per flow variable family, filled from the per-request arrays
 def assign_flows(fm: Formulation, x, gen, D, fin, e, g) -> None:
     """Fill the flow variables of ``x`` from per-request arrays (state [B, J+1], batch [B, J]).
 

@@ -40,6 +40,7 @@ def _var(model: Model, index: int) -> Var:
     return Var(int(index), id(model))
 
 
+# complexity: one check per option (indicators, products, big-M), then one branch per row kind it translates
 def to_milp(model: Model, *, indicators: str = "big-m", products: str = "exact",
             big_m: str = "tight") -> tuple[Model, dict]:
     """A copy of ``model`` whose rows a plain MILP solver accepts, plus facts about the translation.
@@ -114,6 +115,7 @@ def _mccormick(out: Model, z: int, x: int, y: int, family: str, exact_bool: bool
         out.add(Z <= xl * Y + yu * X - xl * yu, family + "/mc")
 
 
+# complexity: its three cases (boolean factor, small square, binary expansion), as the docstring says
 def _exact_product(out: Model, z: int, x: int, y: int, family: str, sense: str) -> None:
     """Rows making z = x·y (``sense`` "eq") or z >= x·y ("ge") exact: McCormick if a factor is boolean,
     secants for a small square, else the smaller-range factor in binary with one McCormick part per bit

@@ -255,6 +255,7 @@ class Model:
         self.objective = LinExpr.of(expr)
 
     # --- evaluation --------------------------------------------------------------
+    # complexity: one check per kind of model part (bounds, integrality, rows, indicators, products), in order
     def evaluate(self, values: np.ndarray, tol: float = 1e-6) -> list[str]:
         """Names of the violated bounds/rows/products under ``values`` (empty = feasible).
 

@@ -283,6 +283,7 @@ def _event_times(fm: Formulation, name: str, happens, exact: bool, upper_s: floa
     return out
 
 
+# complexity: one branch per objective name and the time terms it adds, as the objectives' table lists
 def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
     """Build the batch-time terms and the objective ``name``; returns the objective expression (s).
 

@@ -203,6 +203,7 @@ def add_thermometer(fm: Formulation) -> None:
         v.gam.append(rows)
 
 
+# complexity: one loop per dual-feasible function and row family (all, decode, prefill)
 def add_dff_cuts(fm: Formulation) -> None:
     """Σ_i u_k(k_ij/M) <= y_j (and the same over decode rows <= yd_j, prefill completions <= yp_j).
 

@@ -221,6 +221,7 @@ def rollout(sp: ClassStateSpace, s: tuple, evict_largest: bool, moves: list | No
     return total
 
 
+# complexity: the rollout rule's decisions in order: decodes, evictions while M or R_max overflow, then fills
 def _rule_batch(sp: ClassStateSpace, state: tuple, evict_largest: bool):
     """(next state, batch time, move) of :func:`rollout`'s rule from ``state``, or None if nothing can run.
 

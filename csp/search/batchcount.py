@@ -57,6 +57,7 @@ def is_applicable(limits: Limits) -> bool:
     return limits.M <= limits.C and limits.M <= limits.P
 
 
+# complexity: a layered search: one early exit per outcome (not applicable, too large, goal, budget, no packing)
 def min_batch_count(workload: Workload, limits: Limits, upper: int | None = None,
                     time_budget_s: float = 10.0, max_states: int = 200_000) -> BatchCount:
     """Least batch count of the chain-packing relaxation (see module docstring), within a budget.
@@ -164,6 +165,7 @@ def _pareto(states: set, num_classes: int) -> list:
     return [ordered[i] for i in keep]
 
 
+# complexity: the packing model's row families side by side, one block per family
 def packing_model(classes: list[tuple[int, int, int]], M: int, R_max: int | None, Y: int) -> Model:
     """Does the chain-packing relaxation fit in Y batches? A feasibility model over counts.
 

@@ -88,6 +88,7 @@ def classes_of(workload: Workload) -> list[tuple[int, int, list[int]]]:
 class ClassStateSpace:
     """The class state space: index layout, per-item constants, successors and the remaining-cost bound."""
 
+    # complexity: long only in its tables, each one line, read top to bottom (the docstring's list)
     def __init__(self, workload: Workload, limits: Limits, cost: CostModel, policy: Policy, min_batches: int,
                  rest: "RemainingBatches | None" = None):
         """Per-instance constants: cost coefficients, limits, the flat slot layout and where each slot's
@@ -408,6 +409,7 @@ class _BatchEnumeration:
         self.choose(0, 0, held_all, 0, 0, 0, 0.0, 0.0, None if needs is None else [dict(a) for a in needs])
         return self.out
 
+    # complexity: the recursion over groups: one branch per limit (M, P, C, R_max) a group's count meets
     def choose(self, g: int, mem: int, held: int, items: int, fill_tokens: int, num_decodes: int,
                fill_work: float, decode_work: float, alive: list | None) -> None:
         """Pick how many of group ``g`` run, then the next groups; the groups before ``g`` are chosen.

@@ -67,6 +67,7 @@ class ConfigLP(TrajectoryLP):
         self.lp = lp_engines.new_lp("highs")
         self._build()
 
+    # complexity: the item kinds (run, refill, hold) written side by side as arrays, one branch each
     def _build(self) -> None:
         """The item types (run, refill, hold per slot) with their sizes, tokens and costs, and the master
         LP's rows; its branches are the item kinds, written side by side as arrays."""
@@ -160,6 +161,7 @@ class ConfigLP(TrajectoryLP):
         """:meth:`_tables` at the restricted LP's own prices."""
         return self._tables(self._duals())
 
+    # complexity: column generation with smoothing: one branch per pricing outcome and stopping rule
     def solve(self, deadline: float, rel_tol: float = 1e-7, smoothing: float = 0.9, start=None
               ) -> tuple[float, list, np.ndarray, bool]:
         """Column generation with smoothed prices (Wentges): columns are sought at ``smoothing`` times the

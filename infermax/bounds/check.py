@@ -220,6 +220,7 @@ def check_scheduler(scheduler: Any, workload: Any, limits: Any = None, cost: Any
     return _verdict(run, obj, objective, reference, claimed_latency_s, claimed_value_s)
 
 
+# complexity: one branch per verdict (refused, claimed below the bound, measured below it, ok), in order
 def _verdict(run, obj, objective: str, reference: Reference | None, claimed_latency_s: float | None,
              claimed_value_s: float | None) -> CheckResult:
     """The check of one replayed run (:func:`_run`) against the instance's ``reference``."""
@@ -257,6 +258,7 @@ def _verdict(run, obj, objective: str, reference: Reference | None, claimed_late
                        error=error, metrics=measured)
 
 
+# complexity: one loop over schedulers and objectives with one branch per refusal and option
 def check_schedulers(schedulers: Sequence[Any], workload: Any, limits: Any = None, cost: Any = None, *,
                      objectives: Sequence[str] = ("latency",), schedule: Schedule | None = None,
                      claimed_latency_s: float | None = None, claimed_value_s: float | None = None,

@@ -84,6 +84,7 @@ def attention_kept(policies: Any) -> float:
     return max(0.0, least)
 
 
+# complexity: input checks, then one branch per objective and per window of the bound, as the docstring reads
 def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", cost: Any = None,
                         attention: float = 1.0):
     """A :class:`~infermax.bounds.Bound` on ``objective`` for ``workload`` on ``cluster`` (a

@@ -69,6 +69,7 @@ class Bound:
     skipped: dict[str, str] = field(default_factory=dict)
 
 
+# complexity: one branch per bound method and its applicability test, tried in the documented order
 def combine(workload: Any, limits: Any = None, cost: Any = None, objective: str = "latency",
             methods: tuple[str, ...] | None = None, upper: float | None = None,
             milp_max_requests: int = 6, milp_time_limit_s: float = 30.0, search_time_limit_s: float = 10.0,

@@ -158,6 +158,7 @@ def sharing_bound(co: LinearCoefficients, workload: Workload, limits: Limits,
                    "num_constraints": int(lp.b.size), "num_variables": int(lp.c.size)}
 
 
+# complexity: the LP's row families built side by side, one branch per family, as the docstring lists
 def window_lp(co: LinearCoefficients, workload: Workload, limits: Limits,
               done_by: np.ndarray | None = None) -> WindowLP | None:
     """The LP of the module docstring (None when no line has a positive per-batch time); ``done_by`` as in

@@ -143,6 +143,7 @@ class Dispatcher:
         queue.remove(sent)
         self._decided(t0, sent)
 
+    # complexity: one walk of the queue with one branch per reason a request is held back, in policy order
     def _choose(self, now: float) -> list[int]:
         """Walk the queue in policy order, sending what finds room; the requests sent, in order."""
         disc, loads = self.discipline, self.loads

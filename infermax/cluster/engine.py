@@ -121,6 +121,7 @@ class ClusterEngine:
         return self.loads.tokens.copy()
 
     # --- the loop ------------------------------------------------------------------------------------
+    # complexity: the cluster engine's event loop: arrivals, then one branch per event kind (gang, dispatch, migrate)
     def run(self, progress: Callable[[int, int], None] | None = None,
             until_s: float = math.inf) -> "ClusterResult | WindowResult":
         """Run to the end, or (``until_s`` finite) stop at that time: then a

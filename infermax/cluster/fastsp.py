@@ -79,6 +79,7 @@ def _intra_volume(attn: str, mlp: str, s: float, m, tp: int, g: int) -> float:
     return vol + (megatron_sp_mlp_volume(s, d, tp, g) if mlp == "megatron" else ulysses_sp_mlp_volume(d, tp, g))
 
 
+# complexity: input checks, then one branch per plan shape (ring or Megatron, attention and MLP splits), compared
 def fast_sp_prefill(cluster: Cluster, num_tokens: int, gang: Sequence[int], ring_only: bool = False,
                     striped: bool = False) -> SpPlan:
     """The fastest §5.3 plan for a prefill of ``num_tokens`` on the replicas ``gang``.

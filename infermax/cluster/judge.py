@@ -111,6 +111,7 @@ class _Run:
     def ends(self) -> np.ndarray:
         return self.trace.batches["start_s"] + self.trace.batches["duration_s"]
 
+# complexity: the cluster judge's rules, one check per rule, read in order
 def replay_cluster(schedule: ClusterSchedule, workload: "Workload | str", cost: Any = None) -> ClusterReplay:
     """Check ``schedule`` on ``workload`` rule by rule (raises :class:`ClusterScheduleError`) and return the
     recomputed per-request records. Times, the schedule's and the records', are seconds since the workload's
@@ -174,6 +175,7 @@ def _cost_model(meta: dict, cluster: Cluster, cost: Any) -> Any:
 
 
 # --- migrations: what the document says ----------------------------------------------------------------
+# complexity: one check per migration rule (known, once, after arrival, no faster than the link)
 def _read_migrations(schedule: ClusterSchedule, workload: Workload, pos: dict, cluster: Cluster,
                      on_gang: np.ndarray) -> dict[tuple[int, int], dict]:
     """(request index, destination) -> migration, each received once, after it arrived, no faster than
@@ -230,6 +232,7 @@ _ONE = np.ones(1, dtype=np.int64)
 _DECODE = np.ones(1, dtype=bool)
 
 
+# complexity: one replica's replay: one branch per event, colocation and plan kind a batch may carry
 def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: dict, limits: Limits, cost: Any,
                     on_gang: np.ndarray, colocated: dict, plan: Any = None) -> _Run:
     state = ServingState(workload, limits, cost, dispatched=True)
@@ -279,6 +282,7 @@ def _replay_replica(r: int, schedule: ClusterSchedule, workload: Workload, pos: 
     return run
 
 
+# complexity: one branch per event kind of the schedule document, each checked by its rule
 def _apply_events(r: int, run: _Run, events: tuple, k: int, j: int, workload: Workload, pos: dict,
                   on_gang: np.ndarray) -> int:
     """Apply replica r's events logged before its batch j (events[k:] onwards); returns the next k."""

@@ -63,6 +63,7 @@ class JudgedGang:
 
 
 # --- what the document says, checked on its own ---------------------------------------------------------
+# complexity: one check per field of a gang entry, each naming the gang and the value
 def read_gang(gid: int, g: dict, workload: Workload, pos: dict, cluster: Cluster, meta: dict) -> JudgedGang:
     rid = int(g["request"])           # (the document's reader checked every field's type)
     if rid not in pos:
@@ -240,6 +241,7 @@ def colocated_batches(gangs: list[JudgedGang], R: int) -> list[dict[int, tuple[J
 
 
 # --- against the replayed replicas ------- ---------------------------------------------------------------
+# complexity: one check per gang rule on each member replica (busy, KV, times), in order
 def check_gang_on_replicas(g: JudgedGang, runs: list[Any], cost: Any, cluster: Cluster, meta: dict) -> None:
     cap = (meta.get("options") or {}).get("colocate_tokens")
     variant = _csps_of(meta)

@@ -102,6 +102,7 @@ def assemble(engine: Any) -> ClusterResult:
                          plans=engine.plans.records(R) if engine.plans is not None else ())
 
 
+# complexity: one branch per source merged (replica batches, gang steps, requests) and per missing record
 def _merged_trace(engine: Any, built: list[int], batches_of: dict[int, dict[str, np.ndarray]]) -> Trace:
     """Every replica's batches and gang steps in start order, and one row per request."""
     reps, replica_of, decode_of = engine.replicas, engine.dispatcher.replica_of, engine.migrations.decode_of

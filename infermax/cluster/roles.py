@@ -66,6 +66,7 @@ def local_limits(cluster: Cluster, workload: Workload, limits: "Limits | str | N
     return base.replace(M=M)
 
 
+# complexity: one refusal per option, request or limit that makes the roles impossible, in order
 def plan_roles(workload: Workload, cluster: Cluster, pol: Any, limits: "Limits | str | None",
                long_tag: str, sp_replicas: int | None, decode_replicas: int | None,
                reserved_replicas: int | None = None) -> Roles:

@@ -88,6 +88,7 @@ def check_nums(v: Any, where: str, low: float | None = 0.0, size: int | None = N
 _META_INTS = ("sp_replicas", "colocate_tokens", "decode_replicas", "kvp_group_tokens", "reserved_replicas")
 
 
+# complexity: one check per key of the document's meta, each naming the key and value
 def check_meta(meta: Any) -> None:
     """``meta``: the cluster spec (a string), a known policy, the limits (an object), the engine's options;
     any other key is provenance, free-form."""
@@ -130,6 +131,7 @@ def check_meta(meta: Any) -> None:
 EVENT_ARGS = {"dispatch": (), "hand_off": (), "receive": ("kv_tokens", "generated"), "hold": ("tokens",)}
 
 
+# complexity: one check per field of an event row, each naming the replica, row and value
 def check_events(events: Any, num_replicas: int) -> None:
     """Per replica an array of ``[before_batch, time_s, kind, request, *args]`` (EVENT_ARGS)."""
     check_array(events, "events")

@@ -88,6 +88,7 @@ class Cluster:
             object.__setattr__(self, name, value)     # what a frozen dataclass's generated __init__ does
         self._validate()
 
+    # complexity: one check per Cluster field, each naming the field and value, read top to bottom
     def _validate(self) -> None:
         for name in ("nodes", "gpus_per_node", "spp"):
             value = getattr(self, name)
@@ -120,6 +121,7 @@ class Cluster:
         _ = self.replicas   # fail now, with the capacity's message, if the weights do not fit
 
     # --- parsing ---------------------------------------------------------------------------
+    # complexity: one branch per key of the cluster spec string, each refused by name
     @classmethod
     def from_spec(cls, text: "str | Cluster") -> "Cluster":
         """``"a100:nodes=4,gpus_per_node=8,model=mistral-7b-v0.3,tp=1"`` (see the module doc)."""

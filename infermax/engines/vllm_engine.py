@@ -175,6 +175,7 @@ class Recorder:
         self.scheduler.schedule = self._original
 
 
+# complexity: the engine's loop: submit due requests, step, record first tokens and completions, as vLLM runs
 def drive(engine: LLMEngine, workload: Workload, recorder: Recorder, prompt_seed: int = 0,
           online: bool | None = None, gate: Any = None) -> tuple[dict[str, int], list[RequestTiming], float]:
     """Submit every request of ``workload`` at its arrival (relative to the first; all at once offline)

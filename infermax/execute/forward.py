@@ -48,6 +48,7 @@ def resolve_backend(backend: str, device: str) -> str:
     return backend
 
 
+# complexity: one pass per index tensor of the batch, built inline as comprehensions over its chunks
 def pack(chunks: list[Chunk], cache: Any, device: Any) -> Packed:
     """Reserve each chunk's KV blocks in ``cache`` and build the batch's index tensors."""
     import torch

@@ -50,6 +50,7 @@ def _results_path(args: argparse.Namespace, cfg) -> Path:
     return out
 
 
+# complexity: a front end: one branch per option and per way a sweep ends (done, killed, errors)
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..output import dumps_json
     from .config import SweepConfig
@@ -122,6 +123,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [""])[0]
 
 
+# complexity: a front end: one refusal per bad input (file, rows, output) and one branch per plot kind
 def cmd_plot(args: argparse.Namespace) -> int:
     import pandas as pd
 

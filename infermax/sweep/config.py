@@ -46,6 +46,7 @@ FIXED_TEMPLATE = "fixed:I={I},O={O},B={B}"
 
 
 # --- configuration -------------------------------------------------------------------------------
+# complexity: one branch per axis a grid item names (template, workloads, schedulers), each refused by name
 def _expand_grid(axis: str, grid: Mapping[str, Any], template: str | None) -> list[str]:
     """The spec strings of one grid item (Cartesian product, in the order written)."""
     if not isinstance(grid, Mapping) or not grid:
@@ -119,6 +120,7 @@ class SweepConfig:
     name: str = "sweep"
     out: str | None = None
 
+    # complexity: one check per SweepConfig axis, each naming the field and value, read top to bottom
     def __post_init__(self) -> None:
         from ..schedulers import get_scheduler
         from .systems import canonical_system

@@ -284,6 +284,7 @@ def _config_keys(row: dict[str, Any]) -> list[str]:
                                     row["system_json"] if isinstance(row.get("system_json"), str) else None)))
 
 
+# complexity: one loop with its options (workers, resume, retry, progress, checkpoints); a cell's work is elsewhere
 def run_cells(cells: Iterable[Cell], out: "str | Path | None" = None, executor: str = "local",
               workers: int = 2, resume: bool = True, retry_errors: bool = False,
               progress: Callable[[int, int], None] | None = None, checkpoint_s: float = 10.0):

@@ -32,6 +32,7 @@ ENGINE_OPTIONS = ("sp_replicas", "decode_replicas", "colocate_tokens", "long_tag
                   "reserved_replicas")
 
 
+# complexity: one check per key of a system block, each naming the key and value
 def canonical_system(block: Any) -> dict[str, Any]:
     """A system block checked (a ``ValueError`` naming the key and value) and completed with its defaults."""
     from infermax.cluster import Cluster, get_policy

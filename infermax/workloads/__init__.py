@@ -170,6 +170,7 @@ def _parse_length(raw: str) -> int:
         return int(value)
 
 
+# complexity: one check per trace option, column and value, each refused naming the row and field
 def load_trace(source: str, n: int | None = None, skip: int = 0, time_scale: float = 1.0,
                offline: bool = False, max_len: int | None = None) -> Workload:
     """Load a Splitwise/Vidur or Azure trace CSV; rows are validated one by one.
