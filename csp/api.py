@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from infermax.bounds.combine import METHODS_OF, combine
+from infermax.bounds.combine import combine
+from infermax.bounds.methods import methods_of
 from infermax.bounds.objectives import members
 from infermax.costmodel import CostModel
 from infermax.inputs import resolve_inputs
@@ -26,9 +27,8 @@ from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import backends
+from . import backends, bound_methods  # noqa: F401 - bound_methods registers the bound method ``search``
 from .backends import SolveStatus
-from .bound_methods import search_bound
 from .budget import (
     BUILD_SHARE,
     INCUMBENT_SHARE_WITH_TABLE,
@@ -384,13 +384,14 @@ def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
 def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective: str, ws: WarmStart | None,
                  budget: Budget):
     """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had): every
-    method but ``milp``, the class-state search handed in by csp (:mod:`.bound_methods`)."""
+    registered method but ``milp`` (which solves this very model), the class-state search (:mod:`.bound_methods`)
+    included."""
     if budget.share(LOWER_BOUND_SHARE) is None:
         return None
     try:
         return combine(workload, limits, cost, objective=objective,
-                       methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
-                       upper=ws.latency_s if ws is not None else None, solver_methods={"search": search_bound})
+                       methods=tuple(m for m in methods_of(split_objective(objective)[0]) if m != "milp"),
+                       upper=ws.latency_s if ws is not None else None)
     except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
         log.info("no horizon-free bound: %s", exc)
         return None
