@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from infermax.bounds.combine import combine
 from infermax.bounds.methods import methods_of
-from infermax.bounds.objectives import members
+from infermax.bounds.objectives import SPEC_OF_MILP, members
 from infermax.costmodel import CostModel
 from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
@@ -87,19 +87,20 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     base = len(ws.schedule) if ws is not None else 0
     unproven = max(base + max(2, base // 10), 1)
     name, tag = split_objective(objective)
-    if ws is None or name == "tpot":
+    rule = SPEC_OF_MILP[name].horizon           # the objective table's horizon rule (None: no proof)
+    if ws is None or rule is None:
         return unproven, False
     T = workload.arrivals_s
     spread = float(T.max() - T.min())
     value = ws.value if target_s is None else min(ws.value, target_s)
-    if name in ("latency", "throughput"):
+    if rule == "makespan":
         J = horizon_for_latency(ws.latency_s if target_s is None else min(ws.latency_s, target_s), workload, cost)
-    elif name == "completion" and tag is None:
+    elif rule == "completion" and tag is None:
         J = horizon_for_latency(len(workload) * value + spread, workload, cost)
     else:
         which = members(workload, tag)
         J = horizon_for_events(which.size * value + spread, workload, limits, cost, policy, which,
-                               "first" if name == "ttft" else "done")
+                               "first" if rule == "first" else "done")
     if J is None:                  # no proof (a cost model without a per-batch time): the model's bound is not reported
         return unproven, False
     # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so

@@ -305,7 +305,7 @@ def parse_methods(spec: str | None) -> tuple[str, ...] | None:
     """The bound methods of ``spec`` (comma separated; ``None``: the default ones), each a known one."""
     from infermax.schedulers import split_specs
 
-    from .api import METHODS          # the complete registry (the solving methods register with lower_bound)
+    from .api import METHODS  # the complete registry (the solving methods register with lower_bound)
 
     methods = None if spec is None else tuple(split_specs(spec))
     unknown = sorted(set(methods or ()) - set(METHODS))
