@@ -287,12 +287,12 @@ def _default_cases() -> set[tuple[str, str]]:
 
 
 def _default_instances(method: str) -> list[Instance]:
-    """The default run's instances of ``method``: every fourth one and the issue's reproducers; a method that
+    """The default run's instances of ``method``: every sixth one and the issue's reproducers; a method that
     solves under a time limit whenever it applies (the MILP) runs on the solver subset."""
     m = get_method(method)
     if m.solves and not m.on_request:
-        return [BY_NAME[n] for n in SOLVER_SUBSET]
-    return [inst for k, inst in enumerate(INSTANCES) if k % 4 == 0 or inst.name in ISSUE]
+        return [BY_NAME[n] for n in SOLVER_SUBSET[::2]]
+    return [inst for k, inst in enumerate(INSTANCES) if k % 6 == 0 or inst.name in ISSUE]
 
 
 def _everywhere_instances(method: str) -> list[Instance]:
@@ -359,7 +359,8 @@ def test_every_objective_of_the_table_is_judged_by_the_oracle():
 
 def test_a_registered_method_that_cuts_off_the_optimum_is_caught():
     """The oracle's check is a function of a registry entry: a toy method that claims 1.5 x the work bound
-    (above the optimum on an instance where the work bound is tight enough) is caught, then unregistered."""
+    (above the optimum wherever the work bound is within 1.5 of it) is registered, picked up by the cases
+    above with no edit, caught by the check, then unregistered."""
     from infermax.bounds.methods import BoundMethod, register, unregister
     from infermax.bounds.work import arrival_bound
 
@@ -367,15 +368,14 @@ def test_a_registered_method_that_cuts_off_the_optimum_is_caught():
         value, cert = arrival_bound(ctx.coefficients, ctx.workload, ctx.limits)
         return 1.5 * value, cert
 
+    instances = _default_instances("work")[:12]       # their optima are the work case's, computed once
     register(BoundMethod(name="toy-too-high", metrics=("latency", "throughput"), run=too_high))
     try:
-        assert ("toy-too-high", "latency") in bound_cases() and ("toy-too-high", "throughput") in bound_cases()
+        assert {("toy-too-high", "latency"), ("toy-too-high", "throughput")} <= set(bound_cases())
         assert ("toy-too-high", "latency") in _default_cases()
-        failures, gave = bound_failures("toy-too-high", "latency", INSTANCES[:12])
-        assert gave == 12 and failures and all("toy-too-high bound" in f for f in failures)
-        failures, _ = bound_failures("toy-too-high", "throughput", INSTANCES[:12:4])
-        assert failures, "an upper bound below the optimum throughput is caught too"
-        assert not bound_failures("work", "latency", INSTANCES[:12])[0]
+        failures, gave = bound_failures("toy-too-high", "latency", instances)
+        assert gave == len(instances) and failures and all("toy-too-high bound" in f for f in failures), failures
+        assert not bound_failures("work", "latency", instances)[0]
     finally:
         unregister("toy-too-high")
     assert "toy-too-high" not in infermax.bounds.METHODS
