@@ -55,7 +55,7 @@ from .milp.build import Strengthening, backend_kwargs, build, check_size
 from .milp.extract import to_schedule
 from .milp.formulation import check_instance
 from .milp.linearize import to_milp
-from .milp.objectives import is_monotone, split_objective
+from .milp.objectives import MAKESPAN, MAXIMISED, is_monotone, split_objective
 from .milp.policy import Policy
 from .milp.strengthening import batch_count_lower_bound
 from .milp.trajectory import merge_chunks
@@ -257,7 +257,7 @@ def _methods(method: str, workload: Workload, limits: Limits, cost: CostModel, o
                          "target, and either no chunked prefill or M <= C, M <= P and a linear non-attention "
                          "cost up to M tokens")
     search_ok, why = search.is_applicable(workload, eff, cost, policy)
-    search_ok = search_ok and objective in ("latency", "throughput") and target is None
+    search_ok = search_ok and objective in MAKESPAN and target is None
     if method == "search" and not search_ok:
         raise ValueError(f"method 'search' needs the latency objective and no better-than target; "
                          f"{why or 'not the case here'}")
@@ -377,7 +377,7 @@ def _warm_start_schedules(source: "WarmStartSource", workload: Workload, limits:
 def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
     """Whether a certified ``bound`` shows that no schedule reaches the model-side ``target``
     (seconds, minimised; for throughput the target is a latency and the bound a tokens/s ceiling)."""
-    if objective == "throughput":
+    if objective in MAXIMISED:
         return float(workload.output_lens.sum()) / bound.value > target
     return bound.value > target
 
@@ -564,7 +564,7 @@ def _target(better_than, by: float, objective: str, workload: Workload, limits: 
         raise ValueError(f"better_than {better_than!r} names a scheduler; infermax.csp takes a value "
                          f"(infermax.solve_optimal simulates the scheduler a name gives)")
     ref = better_than(workload, limits, cost, objective) if callable(better_than) else float(better_than)
-    if objective == "throughput":
+    if objective in MAXIMISED:
         tokens = float(workload.output_lens.sum())
         return tokens / (ref * (1 + by))
     return ref * (1 - by)

@@ -53,6 +53,10 @@ MONOTONE = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].monotone)
 TAGGABLE = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].taggable)
 #: the metric (``infermax.metrics``) each objective is (untagged)
 METRIC_OF = {n: SPEC_OF_MILP[n].metric_key for n in OBJECTIVES}
+#: the objectives of the whole schedule: the makespan, and throughput, solved as it
+MAKESPAN = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].horizon == "makespan")
+#: the maximised ones (throughput: the model minimises the makespan; a value or bound is tokens over it)
+MAXIMISED = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].sense == "max")
 
 
 def split_objective(name: str, workload: Workload | None = None) -> tuple[str, str | None]:
