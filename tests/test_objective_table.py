@@ -89,8 +89,10 @@ def test_a_registered_method_is_run_and_listed_then_gone():
 
 
 def test_registering_bad_methods_names_the_field():
-    with pytest.raises(ValueError, match=r"metrics \['jct'\] name no objective"):
-        register(BoundMethod(name="bad", metrics=("jct",), run=lambda ctx: (0.0, {})))
+    with pytest.raises(ValueError, match=r"metrics \('jct',\) name no objective"):
+        BoundMethod(name="bad", metrics=("jct",), run=lambda ctx: (0.0, {}))
+    with pytest.raises(ValueError, match="run must be callable"):
+        BoundMethod(name="bad", metrics=("latency",), run=None)
     with pytest.raises(ValueError, match="no method 'nonesuch' to register it before"):
         register(BoundMethod(name="bad", metrics=("latency",), run=lambda ctx: (0.0, {})), before="nonesuch")
     with pytest.raises(KeyError, match="no bound method 'bad' is registered"):

@@ -49,10 +49,17 @@ replayed value of a schedule: a bound is valid under floating point, always.
 ``check_scheduler`` (in `check`) simulates a scheduler, replays its schedule and
 states its certified optimality gap.
 
-The layers (docs/design.md, "Boundaries"): the relaxations and :mod:`.combine`, which runs the methods,
-sit below csp (the schedulers read their cost lines, :func:`.requests.cost_lines`; csp its horizon-free
-bound); ``lower_bound`` (:mod:`.api`), the checker (:mod:`.check`) and the CLI sit above it. Importing
-this package loads none of them: every name loads its module on first use (PEP 562).
+The objectives are one table (`objectives`: :data:`SPECS`, an ``ObjectiveSpec`` each) and the methods one
+registry (`methods`: a ``BoundMethod`` each, :func:`register`): ``lower_bound``, ``check_scheduler``,
+the CLI and the tests iterate them, and :data:`METHODS`, :data:`METHODS_OF`, :data:`ON_REQUEST`,
+:data:`SOLVER_METHODS` are read from the registry at each use (docs/bounds.md, "Adding a bound method
+or an objective").
+
+The layers (docs/design.md, "Boundaries"): the relaxations, the table, the registry and :mod:`.combine`,
+which runs the methods, sit below csp (the schedulers read their cost lines, :func:`.requests.cost_lines`;
+csp its horizon-free bound, and registers ``search``); ``lower_bound`` (:mod:`.api`), the checker
+(:mod:`.check`) and the CLI sit above it. Importing this package loads none of them: every name loads its
+module on first use (PEP 562).
 """
 from importlib import import_module
 from importlib.util import find_spec

@@ -42,7 +42,7 @@ def with_safety(result: tuple[float, dict]) -> tuple[float, dict]:
     return value - SAFETY * abs(value), cert
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class BoundContext:
     """What a method is run on: the parsed ``objective``; the whole ``workload`` and the requests it is over
     (``chosen``: a tag's, else all); ``limits`` with KV in tokens (blocks counted in M_b) and
@@ -75,7 +75,7 @@ def _always(ctx: BoundContext) -> str | None:
     return None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, slots=True)
 class BoundMethod:
     """One bound method (module docstring): ``name``, what it bounds, when it runs and how."""
 
@@ -89,6 +89,19 @@ class BoundMethod:
     solves: bool = False
     margin: bool = True
     doc: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or "," in self.name:
+            raise ValueError(f"a bound method's name must be a non-empty string without commas, got {self.name!r}")
+        for field_name in ("run", "applies"):
+            if not callable(getattr(self, field_name)):
+                raise ValueError(f"bound method {self.name!r}: {field_name} must be callable, got "
+                                 f"{getattr(self, field_name)!r}")
+        known = {s.metric for s in SPECS}
+        unknown = sorted(set(self.metrics) - known) if isinstance(self.metrics, tuple) else None
+        if unknown is None or unknown or not self.metrics:
+            raise ValueError(f"bound method {self.name!r}: metrics {self.metrics!r} name no objective "
+                             f"(unknown {unknown}); a tuple of {', '.join(sorted(known))}")
 
     def bounds(self, spec: ObjectiveSpec) -> bool:
         """Whether it bounds objective ``spec`` (untagged)."""
@@ -104,16 +117,11 @@ _REGISTRY: dict[str, BoundMethod] = {}
 
 def register(method: BoundMethod, *, before: str | None = None) -> BoundMethod:
     """Add ``method`` (run after those registered already, or just ``before`` the one named); ValueError for a
-    name taken or an unknown metric."""
+    name taken."""
     if not isinstance(method, BoundMethod):
         raise ValueError(f"register takes a BoundMethod, got {method!r}")
     if method.name in _REGISTRY:
         raise ValueError(f"bound method {method.name!r} is registered already")
-    known = {s.metric for s in SPECS}
-    unknown = sorted(set(method.metrics) - known)
-    if unknown or not method.metrics:
-        raise ValueError(f"bound method {method.name!r}: metrics {list(method.metrics)!r} name no objective "
-                         f"(unknown {unknown}); known metrics: {', '.join(sorted(known))}")
     if before is not None and before not in _REGISTRY:
         raise ValueError(f"bound method {method.name!r}: no method {before!r} to register it before; registered: "
                          f"{', '.join(_REGISTRY)}")
