@@ -18,17 +18,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from infermax.bounds.combine import METHODS_OF, combine
-from infermax.bounds.objectives import members
+from infermax.bounds.combine import combine
+from infermax.bounds.methods import methods_of
+from infermax.bounds.objectives import SPEC_OF_MILP, members
 from infermax.costmodel import CostModel
 from infermax.inputs import resolve_inputs
 from infermax.metrics import metrics as compute_metrics
 from infermax.replay import replay
 from infermax.types import Limits, Schedule, Workload
 
-from . import backends
+from . import backends, bound_methods  # noqa: F401 - bound_methods registers the bound method ``search``
 from .backends import SolveStatus
-from .bound_methods import search_bound
 from .budget import (
     BUILD_SHARE,
     INCUMBENT_SHARE_WITH_TABLE,
@@ -55,7 +55,7 @@ from .milp.build import Strengthening, backend_kwargs, build, check_size
 from .milp.extract import to_schedule
 from .milp.formulation import check_instance
 from .milp.linearize import to_milp
-from .milp.objectives import is_monotone, split_objective
+from .milp.objectives import MAKESPAN, MAXIMISED, is_monotone, split_objective
 from .milp.policy import Policy
 from .milp.strengthening import batch_count_lower_bound
 from .milp.trajectory import merge_chunks
@@ -87,19 +87,20 @@ def _horizon(objective: str, ws: WarmStart | None, workload: Workload, cost: Cos
     base = len(ws.schedule) if ws is not None else 0
     unproven = max(base + max(2, base // 10), 1)
     name, tag = split_objective(objective)
-    if ws is None or name == "tpot":
+    rule = SPEC_OF_MILP[name].horizon           # the objective table's horizon rule (None: no proof)
+    if ws is None or rule is None:
         return unproven, False
     T = workload.arrivals_s
     spread = float(T.max() - T.min())
     value = ws.value if target_s is None else min(ws.value, target_s)
-    if name in ("latency", "throughput"):
+    if rule == "makespan":
         J = horizon_for_latency(ws.latency_s if target_s is None else min(ws.latency_s, target_s), workload, cost)
-    elif name == "completion" and tag is None:
+    elif rule == "completion" and tag is None:
         J = horizon_for_latency(len(workload) * value + spread, workload, cost)
     else:
         which = members(workload, tag)
         J = horizon_for_events(which.size * value + spread, workload, limits, cost, policy, which,
-                               "first" if name == "ttft" else "done")
+                               "first" if rule == "first" else "done")
     if J is None:                  # no proof (a cost model without a per-batch time): the model's bound is not reported
         return unproven, False
     # a model of up to ~2000 request-batch cells stays small; beyond that, cap and say so
@@ -256,7 +257,7 @@ def _methods(method: str, workload: Workload, limits: Limits, cost: CostModel, o
                          "target, and either no chunked prefill or M <= C, M <= P and a linear non-attention "
                          "cost up to M tokens")
     search_ok, why = search.is_applicable(workload, eff, cost, policy)
-    search_ok = search_ok and objective in ("latency", "throughput") and target is None
+    search_ok = search_ok and objective in MAKESPAN and target is None
     if method == "search" and not search_ok:
         raise ValueError(f"method 'search' needs the latency objective and no better-than target; "
                          f"{why or 'not the case here'}")
@@ -377,7 +378,7 @@ def _warm_start_schedules(source: "WarmStartSource", workload: Workload, limits:
 def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
     """Whether a certified ``bound`` shows that no schedule reaches the model-side ``target``
     (seconds, minimised; for throughput the target is a latency and the bound a tokens/s ceiling)."""
-    if objective == "throughput":
+    if objective in MAXIMISED:
         return float(workload.output_lens.sum()) / bound.value > target
     return bound.value > target
 
@@ -385,13 +386,14 @@ def _beyond(bound, target: float, objective: str, workload: Workload) -> bool:
 def _lower_bound(workload: Workload, limits: Limits, cost: CostModel, objective: str, ws: WarmStart | None,
                  budget: Budget):
     """The horizon-free certified bound of :func:`infermax.lower_bound` (None if it cannot be had): every
-    method but ``milp``, the class-state search handed in by csp (:mod:`.bound_methods`)."""
+    registered method but ``milp`` (which solves this very model), the class-state search (:mod:`.bound_methods`)
+    included."""
     if budget.share(LOWER_BOUND_SHARE) is None:
         return None
     try:
         return combine(workload, limits, cost, objective=objective,
-                       methods=tuple(m for m in METHODS_OF[split_objective(objective)[0]] if m != "milp"),
-                       upper=ws.latency_s if ws is not None else None, solver_methods={"search": search_bound})
+                       methods=tuple(m for m in methods_of(split_objective(objective)[0]) if m != "milp"),
+                       upper=ws.latency_s if ws is not None else None)
     except ValueError as exc:        # e.g. a cost model the bounds cannot read: the solver's bound stays
         log.info("no horizon-free bound: %s", exc)
         return None
@@ -564,7 +566,7 @@ def _target(better_than, by: float, objective: str, workload: Workload, limits: 
         raise ValueError(f"better_than {better_than!r} names a scheduler; infermax.csp takes a value "
                          f"(infermax.solve_optimal simulates the scheduler a name gives)")
     ref = better_than(workload, limits, cost, objective) if callable(better_than) else float(better_than)
-    if objective == "throughput":
+    if objective in MAXIMISED:
         tokens = float(workload.output_lens.sum())
         return tokens / (ref * (1 + by))
     return ref * (1 - by)

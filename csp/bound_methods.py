@@ -1,15 +1,16 @@
 """The bound method of :mod:`infermax.bounds` that csp runs: ``search``, the class-state A* (:mod:`.search`).
 
-csp hands it to :func:`infermax.bounds.combine.combine` (``solver_methods``) for the horizon-free bound of a
-solve, and :func:`infermax.bounds.lower_bound` hands it for ``methods=(..., "search")``: the bounds' combining
-layer stays below csp, csp does not reach the bounds' public entry above it.
+Importing csp registers it into the bounds' registry (:mod:`infermax.bounds.methods`): csp's own horizon-free
+bound of a solve (:func:`infermax.bounds.combine.combine`) and :func:`infermax.bounds.lower_bound` with
+``methods=(..., "search")`` run it from there. The bounds' combining layer stays below csp, csp does not
+reach the bounds' public entry above it.
 """
 from __future__ import annotations
 
 import logging
 import math
 
-from infermax.bounds.combine import with_safety
+from infermax.bounds.methods import BoundContext, BoundMethod, register, with_safety
 
 from .milp.policy import Policy
 from .search import astar
@@ -32,3 +33,14 @@ def search_bound(workload, limits, cost, time_limit_s: float) -> tuple[float | N
     # finished, bound_s is the optimum; stopped, the least f on the frontier
     return with_safety((float(r.bound_s), {"complete": r.is_complete, "expanded": r.num_expanded,
                                            "generated": r.num_generated}))
+
+
+def _search(ctx: BoundContext) -> tuple[float | None, dict]:
+    """On the whole workload, KV in tokens (the relaxations' limits)."""
+    return search_bound(ctx.workload, ctx.limits, ctx.cost, ctx.search_time_limit_s)
+
+
+#: the makespan's; the value is certified (lowered by the safety margin) by :func:`search_bound` itself
+SEARCH = register(BoundMethod(name="search", metrics=("latency", "throughput"), run=_search, on_request=True,
+                              solves=True, margin=False,
+                              doc="the class-state A* stopped after search_time_limit_s (offline, linear cost)"))

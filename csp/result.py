@@ -23,7 +23,7 @@ from infermax.types import Schedule
 
 from .backends import SolveResult, SolveStatus
 from .milp.formulation import Formulation
-from .milp.objectives import trace_objective
+from .milp.objectives import MAXIMISED, trace_objective
 from .warmstart import WarmStart
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def conservative_bound(fm: Formulation, res: SolveResult) -> float | None:
 
 def meets(ws: WarmStart, objective: str, target: float) -> bool:
     """Whether the warm start already reaches a better-than target (in the model's minimised units)."""
-    value = ws.latency_s if objective == "throughput" else ws.value
+    value = ws.latency_s if objective in MAXIMISED else ws.value
     return value <= target
 
 
@@ -149,7 +149,7 @@ def make_result(fm: Formulation, res: SolveResult, ws: WarmStart | None, objecti
     if not proven:      # the solver's bound holds for schedules of at most J batches only: not certified
         info["bound_within_horizon"] = bound
         bound = None
-    if objective == "throughput":
+    if objective in MAXIMISED:
         solver_obj = as_throughput(workload, solver_obj)
         bound = as_throughput(workload, bound)
     if source == "solver" and solver_obj is not None:
@@ -188,7 +188,7 @@ def is_better_bound(a: float | None, b: float | None, objective: str) -> bool:
     """Whether bound ``a`` is tighter than ``b`` (higher when minimising, lower for throughput)."""
     if a is None:
         return False
-    return b is None or (a < b if objective == "throughput" else a > b)
+    return b is None or (a < b if objective in MAXIMISED else a > b)
 
 
 def relative_gap(value: float | None, bound: float | None, objective: str) -> float | None:
@@ -201,21 +201,21 @@ def relative_gap(value: float | None, bound: float | None, objective: str) -> fl
         return None
     if value == bound:            # (also both infinite: the throughput of schedules that take no time)
         return 0.0
-    sign = -1.0 if objective == "throughput" else 1.0       # as minimisation: value - bound >= 0
+    sign = -1.0 if objective in MAXIMISED else 1.0       # as minimisation: value - bound >= 0
     slack = sign * (value - bound)
     if slack < -GAP_RTOL * max(abs(value), abs(bound)):
         raise InvalidBoundError(f"the certified bound {bound!r} on {objective} is beyond the value {value!r} of a "
                                 f"valid schedule: a bug in infermax's bound or judge")
     if slack <= 0.0:
         return 0.0
-    scale = abs(bound) if objective == "throughput" else abs(value)
+    scale = abs(bound) if objective in MAXIMISED else abs(value)
     return slack / scale if 0.0 < scale < math.inf else math.inf
 
 
 def combine(first: OptimalResult, second: OptimalResult, rel_gap: float, t0: float) -> OptimalResult:
     """The better schedule of two solves of the same problem (the second on a tie: the later stage
     knows more), with the better of their bounds."""
-    sign = -1.0 if first.objective_name == "throughput" else 1.0          # compare as minimisation
+    sign = -1.0 if first.objective_name in MAXIMISED else 1.0          # compare as minimisation
     best = second if (second.objective is not None and (first.objective is None
                                                        or sign * second.objective <= sign * first.objective)) else first
     bounds = [sign * b for b in (first.bound, second.bound) if b is not None]
@@ -275,7 +275,7 @@ def search_result(found, workload, limits, cost, objective: str, policy, ws: War
         (best.schedule, "warm-start" if best is ws else best.name)
     metrics, value = replayed(schedule, workload, limits, cost, objective)
     bound = found.bound_s * (1 - 1e-12)
-    if objective == "throughput":
+    if objective in MAXIMISED:
         bound = as_throughput(workload, bound)
     gap = relative_gap(value, bound, objective)
     status = SolveStatus.OPTIMAL if found.is_complete and is_within(gap, rel_gap) else SolveStatus.FEASIBLE

@@ -32,7 +32,7 @@ from infermax.types import Limits, Schedule, Workload
 
 from .milp.flows import assign_flows
 from .milp.formulation import Formulation
-from .milp.objectives import nonattention_segments, trace_objective
+from .milp.objectives import MAXIMISED, nonattention_segments, trace_objective
 from .milp.policy import Policy
 from .milp.trajectory import canonical_labels, respects_policy, sequential_schedule, strip_wasted_work, trajectory
 
@@ -70,7 +70,7 @@ def find_warm_start(workload: Workload, limits: Limits, cost: CostModel, objecti
             continue
         met = compute_metrics(trace)
         # minimised: throughput is solved as latency
-        value = float(met["latency_s"]) if objective == "throughput" else trace_objective(trace, met, objective)
+        value = float(met["latency_s"]) if objective in MAXIMISED else trace_objective(trace, met, objective)
         if best is None or value < best.value - 1e-15:
             best = WarmStart(name, sched, value, float(met["latency_s"]))
     return best

@@ -7,7 +7,7 @@ from factories import ALL_SCHEDULERS, small_instances
 from hypothesis import HealthCheck, given, settings
 
 from infermax import Limits, Workload, simulate
-from infermax.bounds import check_scheduler, lower_bound
+from infermax.bounds import SPECS, cheap_methods, check_scheduler, lower_bound
 from infermax.bounds.costs import coefficients_of, formula_time
 from infermax.bounds.lagrangian import fill_table
 from infermax.cli import main
@@ -15,7 +15,8 @@ from infermax.costmodel import LinearCostModel, get_cost_model
 from infermax.schedulers import Plan, Scheduler, get_scheduler
 from infermax.state import Status
 
-METHODS = ("work", "lp", "lagrangian")
+#: the latency's cheap methods (the registry's: work, lp, lagrangian today)
+METHODS = cheap_methods("latency")
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -172,24 +173,20 @@ def test_unsupported_objective_and_methods_are_named():
 @settings(max_examples=25, deadline=None)
 @given(inst=small_instances(max_requests=8, max_len=24, online=True))
 def test_every_objective_bound_stays_below_every_heuristic(inst):
-    """Mean TTFT, end-to-end and TPOT bounds (each request alone) and the throughput bound (an upper
-    bound: tokens over the latency bound) hold against every scheduler, online or offline."""
-    from infermax.csp.milp.objectives import METRIC_OF
-
+    """Every objective of the table with every cheap method that bounds it (means, percentiles and the
+    throughput, an upper bound: tokens over the latency bound) holds against every scheduler, online or
+    offline."""
     workload, limits = inst
-    bounds = {obj: lower_bound(workload, limits, objective=obj, methods=("work", "lp", "requests"))
-              for obj in ("ttft", "completion", "tpot", "throughput")
-              if obj != "tpot" or workload.output_lens.max() > 1}
+    bounds = {s: lower_bound(workload, limits, objective=s.name, methods=cheap_methods(s.name))
+              for s in SPECS if s.metric != "tpot" or workload.output_lens.max() > 1}
     for name in ALL_SCHEDULERS:
         try:
             m = simulate(workload, name, limits).metrics
         except Exception:  # noqa: BLE001 - a scheduler that refuses this instance proves nothing here
             continue
-        for obj, b in bounds.items():
-            if obj == "throughput":
-                assert m["tps"] <= b.value, (name, b.values, m["tps"])
-            else:
-                assert b.value <= m[METRIC_OF[obj]], (name, obj, b.values, m[METRIC_OF[obj]])
+        for spec, b in bounds.items():
+            got = m[spec.metric_key]
+            assert (got <= b.value if spec.sense == "max" else b.value <= got), (name, spec.name, b.values, got)
 
 
 def test_request_bounds_are_exact_for_a_lone_request():

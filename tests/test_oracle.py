@@ -29,7 +29,10 @@ from oracle import PERCENTILES, Oracle, OracleResult, Progress, _allowed
 from oracle import _value as oracle_value
 
 import infermax
+import infermax.bounds.api  # completes the bound-method registry (milp; csp registers search)
 from infermax import Limits, ScheduleError, SchedulerStuckError, Workload, metrics, replay, simulate
+from infermax.bounds.methods import get_method, registered
+from infermax.bounds.objectives import SPEC_OF, SPECS
 from infermax.costmodel import get_cost_model
 from infermax.csp import Policy
 from infermax.csp.backends import BackendUnavailable, ModelTooLarge, available_backends
@@ -43,8 +46,8 @@ MAX_TOTAL_TOKENS = 12          # Σ(I + O) of an instance: keeps the oracle at a
 REL_TIE = 1e-12
 REL_OPT = 1e-6
 SOLVE_TIME_LIMIT_S = 2.0       # never a pass/fail criterion: a solve cut short is checked as "feasible"
-METRIC = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
-          "throughput": "tps"}
+#: each objective's key in infermax.metrics (the table's)
+METRIC = {name: spec.metric_key for name, spec in SPEC_OF.items()}
 #: policy classes checked against the solver and by the oracle's own class test
 CLASSES = {"no-eviction": Policy(allow_eviction=False), "no-hybrid": Policy(hybrid=False),
            "no-chunked": Policy(chunked_prefill=False),
@@ -152,12 +155,12 @@ def _value_of(schedule, inst: Instance, objective: str) -> float:
 
 def _beats(value: float, best: float, objective: str) -> bool:
     """Whether a replayed ``value`` is better than the optimum ``best`` beyond summation noise."""
-    return value > best * (1 + REL_TIE) if objective == "throughput" else value < best * (1 - REL_TIE)
+    return value > best * (1 + REL_TIE) if SPEC_OF[objective].sense == "max" else value < best * (1 - REL_TIE)
 
 
 def _invalid_bound(bound: float, best: float, objective: str) -> bool:
     """Whether ``bound`` cuts off the optimum ``best`` (an upper bound for throughput, exact)."""
-    return bound < best if objective == "throughput" else bound > best
+    return bound < best if SPEC_OF[objective].sense == "max" else bound > best
 
 
 def _report(failures: list[str], what: str, notes: str = "") -> None:
@@ -265,39 +268,117 @@ def _value_of_moves(searcher: Oracle, moves: tuple, objective: str) -> float:
     return oracle_value(objective, searcher.workload, first, done)
 
 
-# --- bounds and heuristics on every instance -------------------------------------------------------
-CHEAP_BOUNDS = {"latency": ("work", "lp", "lagrangian", "search"), "throughput": ("work", "lp", "lagrangian", "search"),
-                "ttft": ("requests",), "completion": ("requests",), "tpot": ("requests",)}
+# --- every registered bound method on every objective it bounds -------------------------------------------
+def oracle_name(objective: str) -> str:
+    """The oracle's name of a table objective (the MILP's names, and the percentiles): ``e2e`` is ``completion``."""
+    return SPEC_OF[objective].milp or objective
 
 
-@pytest.mark.parametrize("stride", [2, pytest.param(1, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("objective", OBJECTIVES)
-def test_lower_bound_methods_do_not_cut_off_the_optimum(objective, stride):
-    """Every instance under -m slow; every other one (and the issue's reproducers) in the default run."""
-    failures, searched = [], 0
-    # throughput's values are tokens over the latency methods' values: every fifth instance is enough;
-    # the LP (20 ms a solve) runs on every other instance
-    for k, inst in enumerate(INSTANCES):
-        if k % stride and inst.name not in ISSUE:
+def bound_cases() -> list[tuple[str, str]]:
+    """(method, objective): every registered bound method on every objective of the table it bounds, the
+    method's first (its representative) first."""
+    return [(m.name, spec.name) for m in registered() for spec in SPECS if m.bounds(spec)]
+
+
+def _default_cases() -> set[tuple[str, str]]:
+    """One representative per method in the default run: its first objective in the table."""
+    return {next(case for case in bound_cases() if case[0] == m.name) for m in registered()
+            if any(case[0] == m.name for case in bound_cases())}
+
+
+def _default_instances(method: str) -> list[Instance]:
+    """The default run's instances of ``method``: every sixth one and the issue's reproducers; a method that
+    solves under a time limit whenever it applies (the MILP) runs on the solver subset."""
+    m = get_method(method)
+    if m.solves and not m.on_request:
+        return [BY_NAME[n] for n in SOLVER_SUBSET[::2]]
+    return [inst for k, inst in enumerate(INSTANCES) if k % 6 == 0 or inst.name in ISSUE]
+
+
+def _everywhere_instances(method: str) -> list[Instance]:
+    """The slow run's: every instance (every fifth for a method that solves whenever it applies, the MILP)."""
+    m = get_method(method)
+    return INSTANCES[::5] if m.solves and not m.on_request else INSTANCES
+
+
+def bound_failures(method: str, objective: str, instances: list[Instance]) -> tuple[list[str], int]:
+    """The oracle's judgement of one bound method: ``lower_bound(..., methods=(method,))`` on each instance
+    must not cut off the oracle's optimum of ``objective`` (exactly). Returns the failures and the number of
+    instances where the method gave a value (one that does not apply to an instance says why, and is skipped)."""
+    failures, gave = [], 0
+    for inst in instances:
+        if SPEC_OF[objective].metric == "tpot" and not _has_tpot(inst):
             continue
-        if (objective == "tpot" and not _has_tpot(inst)) or (objective == "throughput" and k % 5
-                                                              and inst.name not in ISSUE):
-            continue
-        best = optimum(inst.name, objective)
-        methods = tuple(m for m in CHEAP_BOUNDS[objective] if m != "lp" or k % 2 == 0 or inst.name in ISSUE)
+        best = optimum(inst.name, oracle_name(objective))
         try:
-            b = infermax.lower_bound(inst.workload, inst.limits, COST, objective, methods=methods)
-        except ValueError:       # only "search" can fail to apply; the closed forms always give a value
-            assert methods == ("search",), inst
+            b = infermax.lower_bound(inst.workload, inst.limits, COST, objective, methods=(method,),
+                                     milp_time_limit_s=SOLVE_TIME_LIMIT_S)
+        except ValueError as exc:       # "no bound method gave a bound": it does not apply here, and says why
+            if "no bound method gave a bound" not in str(exc):
+                failures.append(f"{inst}: {method} raised {exc}")
             continue
-        searched += "search" in b.values
-        for method, value in b.values.items():
-            if _invalid_bound(value, best.value, objective):
-                failures.append(f"{inst}: {method} bound {value!r} vs optimum {best.value!r} "
-                                f"(rel {(value - best.value) / best.value:+.3g})")
-    _report(failures, f"lower_bound values that cut off the {objective} optimum")
-    if objective == "latency":   # offline instances where chunking cannot pay: 18 of the 304
-        assert searched >= 15 // stride, f"the search bound applied to {searched} instances only"
+        except Exception as exc:       # noqa: BLE001 - gathered with the rest
+            failures.append(f"{inst}: {method} raised {type(exc).__name__}: {exc}")
+            continue
+        gave += 1
+        failures += [f"{inst}: {name} bound {value!r} vs optimum {best.value!r} "
+                     f"(rel {(value - best.value) / best.value:+.3g})"
+                     for name, value in b.values.items() if _invalid_bound(value, best.value, objective)]
+    return failures, gave
+
+
+def _bound_params():
+    default = _default_cases()
+    for method, objective in bound_cases():
+        marks = [pytest.mark.solver] if get_method(method).solves else []
+        if (method, objective) in default:
+            yield pytest.param(method, objective, False, marks=marks, id=f"{method}-{objective}")
+        yield pytest.param(method, objective, True, marks=[*marks, pytest.mark.slow],
+                           id=f"{method}-{objective}-everywhere")
+
+
+@pytest.mark.parametrize("method,objective,everywhere", list(_bound_params()))
+def test_bound_method_does_not_cut_off_the_optimum(method, objective, everywhere):
+    """Each registered method on each objective it bounds (a method registered later is held here with no
+    edit): every instance under -m slow; its representative objective on the default instances by default."""
+    failures, gave = bound_failures(method, objective, _everywhere_instances(method) if everywhere
+                                    else _default_instances(method))
+    _report(failures, f"{method} bounds that cut off the {objective} optimum")
+    assert gave > 0, f"bound method {method} gave no value on {objective} on any instance: the check is vacuous"
+
+
+def test_every_objective_of_the_table_is_judged_by_the_oracle():
+    """A new objective needs the oracle to know it (tests/oracle.py), and every method a case here."""
+    searcher = oracle_of(next(inst.name for inst in INSTANCES if _has_tpot(inst)))
+    for spec in SPECS:
+        for name in (spec.name, *spec.aliases):
+            searcher.goal(oracle_name(name))
+    assert {m for m, _ in bound_cases()} == {m.name for m in registered()}, "a method that bounds no objective"
+    assert {"milp", "search"} <= {m.name for m in registered()}, "the solving methods register (csp, api)"
+
+
+def test_a_registered_method_that_cuts_off_the_optimum_is_caught():
+    """The oracle's check is a function of a registry entry: a toy method that claims 1.5 x the work bound
+    (above the optimum wherever the work bound is within 1.5 of it) is registered, picked up by the cases
+    above with no edit, caught by the check, then unregistered."""
+    from infermax.bounds.methods import BoundMethod, register, unregister
+    from infermax.bounds.work import arrival_bound
+
+    def too_high(ctx):
+        value, cert = arrival_bound(ctx.coefficients, ctx.workload, ctx.limits)
+        return 1.5 * value, cert
+
+    instances = _default_instances("work")[:12]       # their optima are the work case's, computed once
+    register(BoundMethod(name="toy-too-high", metrics=("latency", "throughput"), run=too_high))
+    try:
+        assert {("toy-too-high", "latency"), ("toy-too-high", "throughput")} <= set(bound_cases())
+        assert ("toy-too-high", "latency") in _default_cases()
+        failures, gave = bound_failures("toy-too-high", "latency", instances)
+        assert gave == len(instances) and failures and all("toy-too-high bound" in f for f in failures), failures
+        assert not bound_failures("work", "latency", instances)[0]
+    finally:
+        unregister("toy-too-high")
+    assert "toy-too-high" not in infermax.bounds.METHODS
 
 
 @pytest.mark.parametrize("stride", [6, pytest.param(1, marks=pytest.mark.slow)])
@@ -434,21 +515,6 @@ def test_every_backend_matches_the_oracle_everywhere(backend):
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
     _report(failures, f"{backend} results inconsistent with the oracle")
-
-
-@pytest.mark.slow
-@pytest.mark.solver
-def test_lower_bound_with_milp_does_not_cut_off_the_optimum():
-    failures = []
-    for inst in INSTANCES[::5]:
-        for objective in OBJECTIVES:
-            if objective == "tpot" and not _has_tpot(inst):
-                continue
-            best = optimum(inst.name, objective)
-            b = infermax.lower_bound(inst.workload, inst.limits, COST, objective, milp_time_limit_s=5.0)
-            failures += [f"{inst}: {objective} {method} bound {value!r} vs optimum {best.value!r}"
-                         for method, value in b.values.items() if _invalid_bound(value, best.value, objective)]
-    _report(failures, "lower_bound values (with the MILP) that cut off the optimum")
 
 
 # --- shifted clocks (issue 36 §1; docs/design.md invariant 7) -------------------------------------------

@@ -30,7 +30,7 @@ from infermax.types import Batch, Limits, Schedule, Workload
 from .flows import class_flow
 from .formulation import Formulation, empty_formulation, num_identical_classes
 from .model import LinExpr
-from .objectives import nonattention_segments
+from .objectives import MAKESPAN, nonattention_segments
 from .policy import Policy
 from .strengthening import batch_count_lower_bound
 from .trajectory import trajectory
@@ -44,7 +44,7 @@ def chunking_bound_holds(limits: Limits, cost: CostModel) -> bool:
 
 
 def is_applicable(workload: Workload, objective: str) -> bool:
-    return objective in ("latency", "throughput") and workload.is_offline
+    return objective in MAKESPAN and workload.is_offline
 
 
 # complexity: the model's row families side by side, one branch per arc kind, as the docstring lists

@@ -37,30 +37,34 @@ import math
 
 import numpy as np
 
-from infermax.bounds.objectives import members, parse_objective, trace_value
+from infermax.bounds.objectives import SPEC_OF_MILP, members, parse_objective, trace_value
 from infermax.costmodel import linear_coefficients
 from infermax.types import Workload
 
 from .formulation import Formulation
 from .model import LinExpr
 
+#: the objectives the model builds (each a row of the bounds' objective table, ``ObjectiveSpec.milp``), in the
+#: order they are listed (``infermax solve --help``); their builders are :data:`BUILDERS`, below
 OBJECTIVES = ("latency", "completion", "ttft", "tpot", "throughput")
 #: objectives whose value only grows with every batch time (slack in t_j never pays)
-MONOTONE = ("latency", "completion", "ttft", "throughput")
+MONOTONE = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].monotone)
 #: objectives that may be restricted to the requests of one tag (``ttft:short``)
-TAGGABLE = ("completion", "ttft", "tpot")
+TAGGABLE = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].taggable)
 #: the metric (``infermax.metrics``) each objective is (untagged)
-METRIC_OF = {"latency": "latency_s", "completion": "e2e_mean_s", "ttft": "ttft_mean_s", "tpot": "tpot_mean_s",
-             "throughput": "tps"}
+METRIC_OF = {n: SPEC_OF_MILP[n].metric_key for n in OBJECTIVES}
+#: the objectives of the whole schedule: the makespan, and throughput, solved as it
+MAKESPAN = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].horizon == "makespan")
+#: the maximised ones (throughput: the model minimises the makespan; a value or bound is tokens over it)
+MAXIMISED = tuple(n for n in OBJECTIVES if SPEC_OF_MILP[n].sense == "max")
 
 
 def split_objective(name: str, workload: Workload | None = None) -> tuple[str, str | None]:
     """``"ttft:short"`` -> ("ttft", "short"); ``e2e`` is ``completion``. ValueError naming the value (parsed
     by :func:`infermax.bounds.parse_objective`; given ``workload``, naming its tags when none has the tag)."""
     obj = parse_objective(name)
-    base = name.partition(":")[0]
-    base = "completion" if base == "e2e" else base
-    if base not in OBJECTIVES:
+    base = obj.spec.milp
+    if base not in BUILDERS:
         raise ValueError(f"solve_optimal has no objective {name!r} (quantiles are bounds only); use one of "
                          f"{', '.join(OBJECTIVES)}, or {'/'.join(TAGGABLE)}:TAG")
     if obj.tag is not None and workload is not None:
@@ -288,47 +292,74 @@ def add_objective(fm: Formulation, name: str, upper_s: float) -> LinExpr:
     """Build the batch-time terms and the objective ``name``; returns the objective expression (s).
 
     ``upper_s`` bounds every time variable (a valid horizon end for this instance). A tagged
-    ``name`` (``ttft:short``) averages over the requests of the tag only.
-    Its branches are the objectives, one short case each, read top to bottom.
+    ``name`` (``ttft:short``) averages over the requests of the tag only. The objective's builder is
+    :data:`BUILDERS`'s, one short function each.
     """
     name, tag = split_objective(name, fm.workload)
-    m, v, J = fm.model, fm.v, fm.horizon
-    w = fm.workload
-    sel = [int(i) for i in members(w, tag)]
+    sel = [int(i) for i in members(fm.workload, tag)]
     exact = name not in MONOTONE
     add_batch_time_terms(fm, exact)
-    T = w.arrivals_s
-    if name in ("latency", "throughput") and w.is_offline:
-        expr = busy_time(fm)
-    else:
-        add_timeline(fm, batch_times(fm, exact), exact, upper_s)
-        if name in ("latency", "throughput"):
-            expr = v.end[J - 1] - float(T.min())
-        elif name == "completion":
-            v.completion = _event_times(fm, "completion", v.f, exact, upper_s, sel)
-            expr = sum((c - float(T[i]) for i, c in v.completion.items()), LinExpr()) * (1.0 / len(sel))
-        else:
-            # started_is = [G_is >= 1]; the first token comes in batch j iff started flips there
-            v.started = {i: [m.const(0, f"started[{i},0]")] + [m.bool_var(f"started[{i},{s}]")
-                                                                for s in range(1, J + 1)] for i in sel}
-            v.ft = {i: [m.bool_var(f"ft[{i},{j}]") for j in range(J)] for i in sel}
-            for i in sel:
-                for s in range(1, J + 1):
-                    m.add(v.G[i][s] >= v.started[i][s], "event-first")
-                    m.add(v.G[i][s] <= int(w.output_lens[i]) * v.started[i][s], "event-first")
-                for j in range(J):
-                    m.add(v.ft[i][j] == v.started[i][j + 1] - v.started[i][j], "event-first")
-            if name == "ttft":
-                v.first = _event_times(fm, "first", v.ft, exact, upper_s, sel)
-                expr = sum((f - float(T[i]) for i, f in v.first.items()), LinExpr()) * (1.0 / len(sel))
-            else:
-                O = w.output_lens
-                many = [i for i in sel if O[i] > 1]
-                if not many:
-                    raise ValueError(f"objective tpot{':' + tag if tag else ''} needs a request with output_len > 1")
-                v.first = _event_times(fm, "first", v.ft, exact, upper_s, many)
-                v.completion = _event_times(fm, "completion", v.f, exact, upper_s, many)
-                expr = sum(((v.completion[i] - v.first[i]) * (1.0 / (int(O[i]) - 1)) for i in many),
-                           LinExpr()) * (1.0 / len(many))
-    m.minimize(expr)
+    expr = BUILDERS[name](fm, sel, tag, exact, upper_s)
+    fm.model.minimize(expr)
     return expr
+
+
+def _timeline(fm: Formulation, exact: bool, upper_s: float) -> None:
+    add_timeline(fm, batch_times(fm, exact), exact, upper_s)
+
+
+def _makespan(fm: Formulation, sel: list[int], tag: str | None, exact: bool, upper_s: float) -> LinExpr:
+    """latency (and throughput, solved as it): the busy time offline, the last batch's end online."""
+    if fm.workload.is_offline:
+        return busy_time(fm)
+    _timeline(fm, exact, upper_s)
+    return fm.v.end[fm.horizon - 1] - float(fm.workload.arrivals_s.min())
+
+
+def _completion(fm: Formulation, sel: list[int], tag: str | None, exact: bool, upper_s: float) -> LinExpr:
+    """The mean end-to-end time over ``sel``."""
+    _timeline(fm, exact, upper_s)
+    T = fm.workload.arrivals_s
+    fm.v.completion = _event_times(fm, "completion", fm.v.f, exact, upper_s, sel)
+    return sum((c - float(T[i]) for i, c in fm.v.completion.items()), LinExpr()) * (1.0 / len(sel))
+
+
+def _first_tokens(fm: Formulation, sel: list[int]) -> None:
+    """started_is = [G_is >= 1]; the first token comes in batch j iff started flips there (ft_ij)."""
+    m, v, J = fm.model, fm.v, fm.horizon
+    v.started = {i: [m.const(0, f"started[{i},0]")] + [m.bool_var(f"started[{i},{s}]") for s in range(1, J + 1)]
+                 for i in sel}
+    v.ft = {i: [m.bool_var(f"ft[{i},{j}]") for j in range(J)] for i in sel}
+    for i in sel:
+        for s in range(1, J + 1):
+            m.add(v.G[i][s] >= v.started[i][s], "event-first")
+            m.add(v.G[i][s] <= int(fm.workload.output_lens[i]) * v.started[i][s], "event-first")
+        for j in range(J):
+            m.add(v.ft[i][j] == v.started[i][j + 1] - v.started[i][j], "event-first")
+
+
+def _ttft(fm: Formulation, sel: list[int], tag: str | None, exact: bool, upper_s: float) -> LinExpr:
+    """The mean time to first token over ``sel``."""
+    _timeline(fm, exact, upper_s)
+    _first_tokens(fm, sel)
+    T = fm.workload.arrivals_s
+    fm.v.first = _event_times(fm, "first", fm.v.ft, exact, upper_s, sel)
+    return sum((f - float(T[i]) for i, f in fm.v.first.items()), LinExpr()) * (1.0 / len(sel))
+
+
+def _tpot(fm: Formulation, sel: list[int], tag: str | None, exact: bool, upper_s: float) -> LinExpr:
+    """The mean time per output token over the requests of ``sel`` with O > 1."""
+    _timeline(fm, exact, upper_s)
+    _first_tokens(fm, sel)
+    v, O = fm.v, fm.workload.output_lens
+    many = [i for i in sel if O[i] > 1]
+    if not many:
+        raise ValueError(f"objective tpot{':' + tag if tag else ''} needs a request with output_len > 1")
+    v.first = _event_times(fm, "first", v.ft, exact, upper_s, many)
+    v.completion = _event_times(fm, "completion", v.f, exact, upper_s, many)
+    return sum(((v.completion[i] - v.first[i]) * (1.0 / (int(O[i]) - 1)) for i in many), LinExpr()) * (1.0 / len(many))
+
+
+#: each objective of the model -> its builder: (formulation, the requests it is over, tag, exact, upper_s) -> the
+#: expression to minimise (s). Each key is the ``milp`` of one row of the objective table (tests hold both ways).
+BUILDERS = {"latency": _makespan, "completion": _completion, "ttft": _ttft, "tpot": _tpot, "throughput": _makespan}

@@ -49,32 +49,47 @@ replayed value of a schedule: a bound is valid under floating point, always.
 ``check_scheduler`` (in `check`) simulates a scheduler, replays its schedule and
 states its certified optimality gap.
 
-The layers (docs/design.md, "Boundaries"): the relaxations and :mod:`.combine`, which runs the methods,
-sit below csp (the schedulers read their cost lines, :func:`.requests.cost_lines`; csp its horizon-free
-bound); ``lower_bound`` (:mod:`.api`), the checker (:mod:`.check`) and the CLI sit above it. Importing
-this package loads none of them: every name loads its module on first use (PEP 562).
+The objectives are one table (`objectives`: :data:`SPECS`, an ``ObjectiveSpec`` each) and the methods one
+registry (`methods`: a ``BoundMethod`` each, :func:`register`): ``lower_bound``, ``check_scheduler``,
+the CLI and the tests iterate them, and :data:`METHODS`, :data:`METHODS_OF`, :data:`ON_REQUEST`,
+:data:`SOLVER_METHODS` are read from the registry at each use (docs/bounds.md, "Adding a bound method
+or an objective").
+
+The layers (docs/design.md, "Boundaries"): the relaxations, the table, the registry and :mod:`.combine`,
+which runs the methods, sit below csp (the schedulers read their cost lines, :func:`.requests.cost_lines`;
+csp its horizon-free bound, and registers ``search``); ``lower_bound`` (:mod:`.api`), the checker
+(:mod:`.check`) and the CLI sit above it. Importing this package loads none of them: every name loads its
+module on first use (PEP 562).
 """
 from importlib import import_module
 from importlib.util import find_spec
 
 #: each public name -> the module of this package that defines it (loaded on first use)
-_LAZY = {"lower_bound": "api", "Bound": "combine", "METHODS": "combine", "METHODS_OF": "combine",
-         "OBJECTIVES": "combine", "ON_REQUEST": "combine", "SAFETY": "combine", "SOLVER_METHODS": "combine",
+_LAZY = {"lower_bound": "api", "Bound": "combine", "METHODS": "api", "METHODS_OF": "api",
+         "OBJECTIVES": "combine", "ON_REQUEST": "api", "SAFETY": "methods", "SOLVER_METHODS": "api",
          "cheap_methods": "combine", "combine": "combine", "CheckResult": "check", "check_scheduler": "check",
+         "BoundMethod": "methods", "BoundContext": "methods", "register": "methods", "unregister": "methods",
+         "registered": "methods", "methods_of": "methods", "ObjectiveSpec": "objectives", "SPECS": "objectives",
+         "spec_of": "objectives",
          "ALL": "objectives", "BASES": "objectives", "Objective": "objectives", "members": "objectives",
          "parse_objective": "objectives", "subset": "objectives", "chain_bound": "chains",
          "coefficients_of": "costs", "lagrangian_bound": "lagrangian", "lp_bound": "lp", "EventBounds": "order",
          "event_bounds": "order", "quantile_of_sorted": "order", "request_bounds": "requests",
          "cost_lines": "requests", "sharing_bound": "sharing", "arrival_bound": "work"}
 
-__all__ = ["ALL", "Bound", "CheckResult", "OBJECTIVES", "check_scheduler", "cheap_methods", "lower_bound",
-           "parse_objective"]
+#: the registry's lists, read from it at each use (loading ``api`` completes it: ``milp`` and ``search``)
+_LIVE = ("METHODS", "METHODS_OF", "ON_REQUEST", "SOLVER_METHODS")
+
+__all__ = ["ALL", "Bound", "BoundMethod", "CheckResult", "OBJECTIVES", "SPECS", "check_scheduler", "cheap_methods",
+           "lower_bound", "parse_objective", "register", "unregister"]
 
 
 def __getattr__(name: str):
     """A public name loads its module on first use; a submodule is an attribute as an import makes it."""
     if name in _LAZY:
         value = getattr(import_module(f"{__name__}.{_LAZY[name]}"), name)
+        if name in _LIVE:
+            return value
     elif not name.startswith("_") and find_spec(f"{__name__}.{name}") is not None:
         value = import_module(f"{__name__}.{name}")
     else:

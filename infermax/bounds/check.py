@@ -77,7 +77,7 @@ class CheckResult:
         """Certified optimality gap: (value - bound) / value (throughput: (bound - value) / bound)."""
         if self.value_s is None or self.bound_s is None:
             return None
-        if self.objective == "throughput":
+        if parse_objective(self.objective).spec.sense == "max":      # throughput: the bound is a ceiling
             return (self.bound_s - self.value_s) / self.bound_s
         return (self.value_s - self.bound_s) / self.value_s if self.value_s else 0.0
 
@@ -105,16 +105,6 @@ def _label(scheduler: Any, schedule: Schedule | None) -> str:
     if schedule is not None and schedule.meta.get("solver"):
         return f"solve:{schedule.meta['solver']}"
     return "unnamed schedule"
-
-
-def _metric_key(objective) -> str:
-    """The key of ``infermax.metrics`` (and of ``reported_metrics()``) for an untagged objective."""
-    if objective.metric == "latency":
-        return "latency_s"
-    if objective.metric == "throughput":
-        return "tps"
-    stat = "mean" if objective.quantile is None else f"p{objective.quantile:g}"
-    return f"{objective.metric}_{stat}_s"
 
 
 def _finite_claim(value: Any, what: str) -> float | None:
@@ -183,7 +173,7 @@ def reference_bound(workload: Any, limits: Any = None, cost: Any = None, *, obje
                     if res.status in ("feasible", "unknown") else f"solver status {res.status}")
         if res.bound is not None:          # certified, as solve_optimal's bounds always are
             bound_values["milp"] = float(res.bound)
-            better = res.bound < best_value if obj.metric == "throughput" else res.bound > best_value
+            better = res.bound < best_value if obj.spec.sense == "max" else res.bound > best_value
             if better:
                 best_value, best_method = float(res.bound), "milp"
     return Reference(value=best_value, method=best_method, values=bound_values, optimum_s=optimum_s,
@@ -232,15 +222,15 @@ def _verdict(run, obj, objective: str, reference: Reference | None, claimed_late
     measured = compute_metrics(trace)
     value = trace_value(obj, trace)
     if claimed_value_s is None and obj.tag is None and sched is not None and hasattr(sched, "reported_metrics"):
-        claim = sched.reported_metrics().get(_metric_key(obj))
+        claim = sched.reported_metrics().get(obj.spec.metric_key)
         claimed_value_s = None if claim is None else float(claim)
     bound_values, best_value, best_method = dict(reference.values), reference.value, reference.method
     optimum_s = reference.optimum_s
     code, error = VALID, None
     tol = 1e-9 * max(1.0, abs(best_value))
-    sign = -1.0 if obj.metric == "throughput" else 1.0      # throughput's bound is a ceiling
+    sign = -1.0 if obj.spec.sense == "max" else 1.0      # throughput's bound is a ceiling
     what = objective if obj.metric != "latency" else "latency"
-    unit = "tokens/s" if obj.metric == "throughput" else "s"
+    unit = obj.spec.unit
     if claimed_value_s is not None and sign * (claimed_value_s - best_value) < -tol:
         code = BEATS_BOUND
         error = (f"claimed {what} {claimed_value_s:.6g} {unit} beats the certified bound {best_value:.6g} {unit} "
@@ -317,7 +307,7 @@ def parse_methods(spec: str | None) -> tuple[str, ...] | None:
     """The bound methods of ``spec`` (comma separated; ``None``: the default ones), each a known one."""
     from infermax.schedulers import split_specs
 
-    from .combine import METHODS
+    from .api import METHODS  # the complete registry (the solving methods register with lower_bound)
 
     methods = None if spec is None else tuple(split_specs(spec))
     unknown = sorted(set(methods or ()) - set(METHODS))

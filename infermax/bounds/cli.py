@@ -54,6 +54,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
     from infermax.inputs import resolve_inputs
 
     from .check import check_claims, check_schedulers, parse_methods, parse_objectives, schedulers_to_check
+    from .combine import cheap_methods
 
     objectives = parse_objectives(args.objective)                # unknown names fail before any work
     if args.cluster:
@@ -68,8 +69,8 @@ def cmd_bound(args: argparse.Namespace) -> int:
     check_claims(args.claimed_latency, args.claimed_value, objectives, names)
     if not args.json:
         _print_inputs(judged, notes)
-    step, close = _progress(len(names) * 2 + len(objectives) * (6 if not args.no_optimum else 5),
-                            not (args.json or args.quiet))
+    steps = len(names) * 2 + sum(len(methods or cheap_methods(o)) + (not args.no_optimum) for o in objectives)
+    step, close = _progress(steps, not (args.json or args.quiet))   # simulate and replay, each method, the MILP
     try:
         results = check_schedulers(names, workload, limits, cost, objectives=objectives, schedule=schedule,
                                    claimed_latency_s=args.claimed_latency, claimed_value_s=args.claimed_value,
@@ -131,6 +132,8 @@ def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: b
     """The table of verdicts, why the optimum is missing, each bound method's value, and the metrics."""
     from infermax.output import format_table
 
+    from .objectives import spec_of
+
     rows = [_verdict_row(r, objectives == ["latency"]) for r in valid]
     print(format_table(rows, list(rows[0])))
     for objective, note in {r.objective: r.optimum_note for r in valid if r.optimum_note and optimum}.items():
@@ -138,7 +141,7 @@ def _print_checks(valid: list, objectives: list[str], num_names: int, optimum: b
     for r in valid:
         prefix = f"{r.scheduler}: " if num_names > 1 else ""
         prefix += f"{r.objective} " if len(objectives) > 1 else ""
-        unit = "tokens/s" if r.objective == "throughput" else "s"
+        unit = spec_of(r.objective).unit
         print(prefix + "bound methods: " + ", ".join(f"{k} {v:.6g} {unit}" for k, v in r.bound_values.items()))
     shown = list({r.scheduler: r for r in valid}.values())
     keys = ("scheduler", *SHOW) if len(shown) > 1 else SHOW

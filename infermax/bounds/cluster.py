@@ -131,7 +131,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
         for win in wins:
             flow = np.maximum(flow, window_keys(w, win))
     flow = np.maximum(flow, absolute - T.max())       # the k-th event, less the latest arrival
-    if obj.metric in ("latency", "throughput"):
+    if not obj.spec.taggable:                         # the whole schedule's: the makespan (throughput over it)
         value = float(absolute[-1] - T.min())
     elif obj.quantile is None:
         value = max(float(absolute.mean() - T.mean()), float(flow.mean()))
@@ -140,7 +140,7 @@ def cluster_lower_bound(workload: Any, cluster: Any, objective: str = "ttft", co
     value -= SAFETY * abs(value)
     cert = {"replicas": cluster.num_replicas, "stages": stages, "num_requests": len(chosen),
             "attention": float(attention)}
-    if obj.metric == "throughput":
+    if obj.spec.via_makespan:
         value = float(chosen.output_lens.sum()) / value if value > 0 else float("inf")
     return Bound(value=value, method="cluster-fluid", objective=objective, certificate=cert,
                  values={"cluster-fluid": value})

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from infermax.bounds.objectives import spec_of
+
 from .engine import POLICIES, simulate_cluster
 
 #: the cluster policy checked when none is named
@@ -24,13 +26,13 @@ def policies_to_check(spec: str | None) -> list[str]:
 
 def beats(objective: str, value: float, bound: float) -> bool:
     """Whether ``value`` is better than the certified ``bound`` (beyond rounding): an accounting bug."""
-    sign = -1.0 if objective == "throughput" else 1.0
+    sign = -1.0 if spec_of(objective).sense == "max" else 1.0          # throughput's bound is a ceiling
     return sign * (value - bound) < -1e-9 * max(1.0, abs(bound))
 
 
 def certified_gap(objective: str, value: float, bound: float) -> float:
     """How far ``value`` may be from optimal, as a fraction: of the bound for throughput, of the value else."""
-    if objective == "throughput":
+    if spec_of(objective).sense == "max":
         return (bound - value) / bound
     return (value - bound) / value if value else 0.0
 
