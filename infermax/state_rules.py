@@ -165,8 +165,11 @@ class JudgeRules:
     def _refuse_decode_segment(self, j: int, n: int, m0: np.ndarray, kv: range, bad_step: int | None) -> None:
         """Raise for the decode batches from ``j`` on of ``n`` requests holding ``m0`` (``kv``: the KV held
         during each): the rule that the first failing batch breaks, M or M-blocks (``bad_step``: the first
-        step over M // block_size, or None), else C, as ``apply`` would name it. Called only when one fails."""
+        step over M // block_size, or None), C first (each batch holds ``n`` tokens), as ``apply`` would name it.
+        Called only when one fails."""
         lim = self.limits
+        if n > lim.C:               # every batch of the run holds n tokens: the first breaks C, checked first
+            raise ScheduleError(j, "C", f"{n} tokens > C = {lim.C}")
         if kv[-1] + self.external_kv > lim.M:
             s = max(0, (lim.M - self.external_kv - self.kv_used) // n)     # the first batch over M
             if bad_step is None or s <= bad_step:    # the step that breaks a rule first, as apply would
@@ -176,7 +179,7 @@ class JudgeRules:
                        + self._external_blocks())
             raise ScheduleError(j + bad_step, "M-blocks", f"KV cache would hold {held} blocks of block_size = "
                                 f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} (M = {lim.M})")
-        raise ScheduleError(j, "C", f"{n} tokens > C = {lim.C}")
+        raise AssertionError(f"batch {j}: a decode run refused without a broken rule (n = {n}, KV {kv[-1]})")
 
     def _check_hybrid_run(self, j: int, idx: np.ndarray, chunk: int, num_steps: int, m0: np.ndarray,
                           inp0: np.ndarray, mx: int, ix: int) -> tuple[np.ndarray, int]:

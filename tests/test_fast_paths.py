@@ -232,7 +232,9 @@ def test_a_hybrid_run_that_breaks_its_promise_is_refused():
 
 
 @pytest.mark.parametrize("rule, limits, batch", [("M", Limits(M=30, C=64), 12), ("C", Limits(M=1000, C=2), 3),
-                                                  ("M-blocks", Limits(M=32, C=64, block_size=4), 10)])
+                                                  ("M-blocks", Limits(M=32, C=64, block_size=4), 10),
+                                                  # C broken from the first batch, M only later: C is named
+                                                  ("C", Limits(M=40, C=2), 3)])
 def test_a_decode_run_refuses_what_apply_refuses_at_the_same_batch(rule, limits, batch):
     """``apply_decode_run`` names the rule and the batch that its decodes, applied one batch at a time, break
     first (the run's refusal, state_rules' ``_refuse_decode_segment``), and applies nothing of the run."""
