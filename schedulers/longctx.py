@@ -10,6 +10,9 @@ scheduler's only way to reason about time). KV is counted in whole blocks of
 """
 from __future__ import annotations
 
+import os
+from typing import Callable
+
 import numpy as np
 
 from infermax.state import RUNNING, WAITING, ServingState
@@ -36,6 +39,10 @@ class BatchDraft:
         self.kv: list[int] = []
         self.dec: list[bool] = []
         self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
+        # the draft's sums, when the cost model prices a batch from them (LinearCostModel.work_timer): requests,
+        # tokens, decodes, the decodes' Σ (m + 1), the chunks' Σ c (2 m + c + 1) and Σ c
+        self._timer = work_timer(state.cost)
+        self._sums = [0, 0, 0, 0, 0, 0]
 
     def add_decodes(self, idx: np.ndarray) -> None:
         idx = idx[: self.C]
@@ -45,14 +52,27 @@ class BatchDraft:
         self.dec += [True] * idx.size
         self.C -= int(idx.size)
         self._probe = None
+        if self._timer is not None and idx.size:
+            k, s = int(idx.size), self._sums
+            s[0] += k
+            s[1] += k
+            s[2] += k
+            s[3] += int(self.state.m[idx].sum()) + k
 
     def time_with(self, x: int, chunk: int) -> float:
         """Predicted batch time if request ``x`` joins with ``chunk`` prefill tokens.
 
         The draft's arrays are built once and kept, with one more slot for the probe, until the draft
         changes: a bisection (:meth:`largest_chunk`) probes a dozen chunks of one request, and converting
-        hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result."""
+        hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result.
+        With a cost model that prices a batch from its sums (:func:`work_timer`), from the draft's sums and the
+        probe's: the same floats, without arrays."""
         st = self.state
+        if self._timer is not None:
+            n, tokens, num_decode, decode_kv, work2, prefill = self._sums
+            m = int(st.m[x])
+            return self._timer(n + 1, tokens + chunk, num_decode, decode_kv, work2 + chunk * (2 * m + chunk + 1),
+                               prefill + chunk)
         if self._probe is None:
             self._probe = (np.array(self.tok + [0]), np.array(self.kv + [0]), np.array(self.dec + [False]))
         tok, kv, dec = self._probe
@@ -73,6 +93,22 @@ class BatchDraft:
         if target_s == float("inf") or self.time_with(x, limit) <= target_s:
             return limit
         lo, hi = 0, limit          # time_with grows with the chunk: bisect
+        guess = self.state.cost.chunk_bound(tuple(self._sums), int(self.state.m[x]), target_s) \
+            if self._timer is not None else None
+        if guess is not None and 1 <= guess < limit:
+            # The time does not decrease as the chunk grows (chunk_bound checked the slopes; each float operation
+            # rounds monotonically), so the answer is the largest chunk below ``limit`` within the target, and
+            # any bracket holding it bisects to it: the chunk the bisection from (0, limit) finds. The solved
+            # bound brackets it within one token, usually; two probes then instead of a dozen.
+            e = int(guess)
+            if self.time_with(x, e) <= target_s:
+                lo = e
+                if e + 1 < hi:
+                    lo, hi = (e + 1, hi) if self.time_with(x, e + 1) <= target_s else (lo, e + 1)
+            else:
+                hi = e
+                if e > 1:
+                    lo, hi = (e - 1, hi) if self.time_with(x, e - 1) <= target_s else (lo, e - 1)
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.time_with(x, mid) <= target_s:
@@ -93,10 +129,25 @@ class BatchDraft:
         self.C -= chunk
         self.P -= chunk
         self._probe = None
+        if self._timer is not None:
+            m, s = int(st.m[x]), self._sums
+            s[0] += 1
+            s[1] += chunk
+            s[4] += chunk * (2 * m + chunk + 1)
+            s[5] += chunk
 
     def plan(self) -> Plan:
         z = np.zeros(0, dtype=np.int64)
         return Plan(np.array(self.idx, dtype=np.int64), np.array(self.tok, dtype=np.int64), z)
+
+
+def work_timer(cost) -> "Callable[[int, int, int, int, int, int], float] | None":
+    """``cost``'s batch time from a batch's sums (:meth:`~infermax.costmodel.LinearCostModel.work_timer`), or None
+    (a cost model without one; ``INFERMAX_PURE=1`` in the environment: always None, the array path)."""
+    if os.environ.get("INFERMAX_PURE") == "1":
+        return None
+    get = getattr(cost, "work_timer", None)
+    return get() if get is not None else None
 
 
 def decoding(state: ServingState) -> np.ndarray:

@@ -25,7 +25,7 @@ import numpy as np
 from infermax.state import ServingState
 
 from .base import Plan, Scheduler
-from .longctx import BatchDraft, decoding, prefilling
+from .longctx import BatchDraft, decoding, prefilling, work_timer
 from .registry import register_scheduler
 
 
@@ -68,9 +68,11 @@ class Medha(Scheduler):
         """Relative slack (Eq. 7) of each request in ``idx``."""
         m = state.m[idx]
         stale = idx[(self._pred_m[idx] != m) | (self._pred_inp[idx] != state.inp[idx])]
+        timer = work_timer(state.cost) if stale.size else None
         for x in stale.tolist():   # the remaining tokens as one isolated chunk, priced by the cost model
             mx, left = int(state.m[x]), int(state.inp[x] - state.m[x])
-            self._pred_s[x] = state.cost.batch_time(np.array([left]), np.array([mx]), np.array([False]))
+            self._pred_s[x] = (state.cost.batch_time(np.array([left]), np.array([mx]), np.array([False]))
+                               if timer is None else timer(1, left, 0, 0, left * (2 * mx + left + 1), left))
             self._pred_m[x], self._pred_inp[x] = mx, int(state.inp[x])
         remaining = self._pred_s[idx]
         deadline = state.arrivals_s[idx] + self._ttft[idx]
