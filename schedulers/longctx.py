@@ -25,11 +25,15 @@ LONG_THRESHOLD_TOKENS = 32_768
 class BatchDraft:
     """The batch under construction and its remaining budgets."""
 
-    def __init__(self, state: ServingState, R_max: int) -> None:
+    def __init__(self, state: ServingState, R_max: int, running: np.ndarray | None = None,
+                 timer: "Callable[[int, int, int, int, int, int], float] | None" = None) -> None:
+        """``running``: the running requests, when the caller has them (:func:`phases`); ``timer``: the cost
+        model's batch time from sums (:func:`work_timer`), for a caller that probes (:meth:`time_with`)."""
         lim = state.limits
         self.state = state
-        act = state.active
-        running = act[state.status[act] == RUNNING]
+        if running is None:
+            act = state.active
+            running = act[state.status[act] == RUNNING]
         self.peak = peak = state.peak_kv_blocks                 # I + O - 1, in blocks
         self.mem = lim.num_blocks - int(peak[running].sum())
         self.run = R_max - running.size
@@ -41,7 +45,7 @@ class BatchDraft:
         self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
         # the draft's sums, when the cost model prices a batch from them (LinearCostModel.work_timer): requests,
         # tokens, decodes, the decodes' Σ (m + 1), the chunks' Σ c (2 m + c + 1) and Σ c
-        self._timer = work_timer(state.cost)
+        self._timer = timer
         self._sums = [0, 0, 0, 0, 0, 0]
 
     def add_decodes(self, idx: np.ndarray) -> None:
@@ -90,25 +94,30 @@ class BatchDraft:
         """Largest chunk <= limit keeping the predicted batch time <= target (at least min_chunk)."""
         if limit <= 0:
             return 0
-        if target_s == float("inf") or self.time_with(x, limit) <= target_s:
+        if target_s == float("inf"):
             return limit
-        lo, hi = 0, limit          # time_with grows with the chunk: bisect
         guess = self.state.cost.chunk_bound(tuple(self._sums), int(self.state.m[x]), target_s) \
             if self._timer is not None else None
-        if guess is not None and 1 <= guess < limit:
+        lo, hi = 0, limit          # time_with grows with the chunk: bisect
+        if guess is not None and 1 <= guess and int(guess) + 1 < limit:
             # The time does not decrease as the chunk grows (chunk_bound checked the slopes; each float operation
-            # rounds monotonically), so the answer is the largest chunk below ``limit`` within the target, and
-            # any bracket holding it bisects to it: the chunk the bisection from (0, limit) finds. The solved
-            # bound brackets it within one token, usually; two probes then instead of a dozen.
+            # rounds monotonically). So the answer is the largest chunk below ``limit`` within the target (or
+            # ``limit`` itself if it is within), any bracket holding it bisects to it — the chunk the bisection
+            # from (0, limit) finds — and a chunk over the target puts ``limit`` over it too. The solved bound
+            # brackets the answer within one token, usually: two probes then instead of a dozen.
             e = int(guess)
-            if self.time_with(x, e) <= target_s:
-                lo = e
-                if e + 1 < hi:
-                    lo, hi = (e + 1, hi) if self.time_with(x, e + 1) <= target_s else (lo, e + 1)
-            else:
+            if self.time_with(x, e) > target_s:
                 hi = e
                 if e > 1:
                     lo, hi = (e - 1, hi) if self.time_with(x, e - 1) <= target_s else (lo, e - 1)
+            elif self.time_with(x, e + 1) > target_s:
+                lo, hi = e, e + 1
+            elif self.time_with(x, limit) <= target_s:
+                return limit
+            else:
+                lo = e + 1
+        elif self.time_with(x, limit) <= target_s:
+            return limit
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.time_with(x, mid) <= target_s:
@@ -148,6 +157,15 @@ def work_timer(cost) -> "Callable[[int, int, int, int, int, int], float] | None"
         return None
     get = getattr(cost, "work_timer", None)
     return get() if get is not None else None
+
+
+def phases(state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running requests, :func:`decoding`'s and :func:`prefilling`'s, from one look at the active set."""
+    act = state.active
+    st = state.status[act]
+    running = st == RUNNING
+    dec = running & (state.m[act] >= state.inp[act])
+    return act[running], act[dec], act[(running & ~dec) | (st == WAITING)]
 
 
 def decoding(state: ServingState) -> np.ndarray:
