@@ -126,6 +126,8 @@ class VidurSetup:
     max_tokens: int = 136 * 1024        # the request generator's bound (Vidur sizes its tables by it)
     watermark: float = 0.01
     ordered_batches: bool = False       # keep a batch's requests in the order they joined (a third patch)
+    max_batch_size: int = 128           # the predictor's tables: most requests in a batch (its default) ...
+    max_chunk: int = MAX_CHUNK          # ... and the longest prefill chunk
 
     def configs(self):
         from vidur.config import CacheConfig, LinearRegressionExecutionTimePredictorConfig, ReplicaConfig
@@ -137,6 +139,7 @@ class VidurSetup:
         predictor = LinearRegressionExecutionTimePredictorConfig(
             model_profiling_dataset=compute, network_profiling_dataset=network, cache_dir=self.cache_dir,
             polynomial_interaction_only=[True], prediction_max_tokens_per_request=self.max_tokens,
+            prediction_max_batch_size=self.max_batch_size, prediction_max_prefill_chunk_size=self.max_chunk,
             num_training_job_threads=1)
         return replica, cache, predictor
 
@@ -146,7 +149,7 @@ _PREDICTOR = {}
 
 def shared_predictor(setup: VidurSetup):
     """One linear-regression predictor per process (Vidur builds one per simulation)."""
-    key = (setup.cache_dir, setup.max_tokens, setup.num_blocks)
+    key = (setup.cache_dir, setup.max_tokens, setup.num_blocks, setup.max_batch_size, setup.max_chunk)
     if key not in _PREDICTOR:
         from vidur.execution_time_predictor.linear_regression_execution_time_predictor import (
             LinearRegressionExecutionTimePredictor,

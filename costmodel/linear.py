@@ -241,6 +241,52 @@ class LinearCostModel(CostModel):
         which calls it; None when a subclass times batches otherwise."""
         return self._time_of_sums if type(self).batch_time is LinearCostModel.batch_time else None
 
+    def work_timer(self) -> "Callable[[int, int, int, int, int, int], float] | None":
+        """:meth:`batch_time` of any batch from its sums: ``timer(num_requests, num_tokens, num_decode,
+        decode_kv, work2, prefill_tokens)``, ``decode_kv`` the decodes' Σ (m + c), ``work2`` the prefill chunks'
+        Σ c (2 m + c + 1) (twice the causal work W) and ``prefill_tokens`` their Σ c, all Python ints (exact, as
+        NumPy's integer sums and dot product are). The same float operations as ``batch_time``, so a scheduler
+        that keeps a draft batch's sums prices a probe without building arrays; None when a subclass times
+        batches otherwise."""
+        return self._time_of_work if type(self).batch_time is LinearCostModel.batch_time else None
+
+    def _time_of_work(self, num_requests: int, num_tokens: int, num_decode: int, decode_kv: int, work2: int,
+                      prefill_tokens: int) -> float:
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
+        n_tok = float(num_tokens)
+        t = max([a + b * n_tok for a, b in lines]) + req * float(num_requests)
+        if num_decode == num_requests or num_decode:
+            t += d_bias + d_kv * float(decode_kv)
+        if num_decode < num_requests:
+            t += p_bias + p_attn * (0.5 * float(work2))
+            if p_tok:
+                t += p_tok * float(prefill_tokens)
+        return float(t)
+
+    def chunk_bound(self, sums: "tuple[int, int, int, int, int, int]", m: int, target_s: float) -> float | None:
+        """The chunk ``c`` (a real number) at which the batch of ``sums`` (:meth:`work_timer`'s arguments) plus a
+        prefill chunk of ``c`` tokens after ``m`` cached reaches ``target_s``, solved from the coefficients in
+        real arithmetic: an estimate, where a search for the largest chunk within a target may probe first.
+        None when the time is not non-decreasing in the chunk (a negative slope), where no search may
+        assume it is."""
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
+        if p_attn < 0 or p_tok < 0 or any(b < 0 for _, b in lines):
+            return None
+        n, tokens, num_decode, decode_kv, work2, prefill = sums
+        rest = req * (n + 1) + (d_bias + d_kv * decode_kv if num_decode else 0.0) + p_bias \
+            + p_attn * 0.5 * work2 + p_tok * prefill - target_s
+        qa, lin = 0.5 * p_attn, 0.5 * p_attn * (2 * m + 1) + p_tok
+        best = math.inf
+        for a, b in lines:      # every line within the target: the smallest root
+            qb, qc = lin + b, rest + a + b * tokens
+            if qa > 0:
+                disc = qb * qb - 4 * qa * qc
+                root = (-qb + math.sqrt(disc)) / (2 * qa) if disc >= 0 else -math.inf
+            else:
+                root = -qc / qb if qb > 0 else (math.inf if qc <= 0 else -math.inf)
+            best = min(best, root)
+        return best
+
     def _time_of_sums(self, num_requests: int, num_tokens: int, num_decode: int, decode_kv: int, chunk: int,
                       chunk_kv: int) -> float:
         lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k

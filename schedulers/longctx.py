@@ -10,6 +10,9 @@ scheduler's only way to reason about time). KV is counted in whole blocks of
 """
 from __future__ import annotations
 
+import os
+from typing import Callable
+
 import numpy as np
 
 from infermax.state import RUNNING, WAITING, ServingState
@@ -22,11 +25,15 @@ LONG_THRESHOLD_TOKENS = 32_768
 class BatchDraft:
     """The batch under construction and its remaining budgets."""
 
-    def __init__(self, state: ServingState, R_max: int) -> None:
+    def __init__(self, state: ServingState, R_max: int, running: np.ndarray | None = None,
+                 timer: "Callable[[int, int, int, int, int, int], float] | None" = None) -> None:
+        """``running``: the running requests, when the caller has them (:func:`phases`); ``timer``: the cost
+        model's batch time from sums (:func:`work_timer`), for a caller that probes (:meth:`time_with`)."""
         lim = state.limits
         self.state = state
-        act = state.active
-        running = act[state.status[act] == RUNNING]
+        if running is None:
+            act = state.active
+            running = act[state.status[act] == RUNNING]
         self.peak = peak = state.peak_kv_blocks                 # I + O - 1, in blocks
         self.mem = lim.num_blocks - int(peak[running].sum())
         self.run = R_max - running.size
@@ -36,6 +43,10 @@ class BatchDraft:
         self.kv: list[int] = []
         self.dec: list[bool] = []
         self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
+        # the draft's sums, when the cost model prices a batch from them (LinearCostModel.work_timer): requests,
+        # tokens, decodes, the decodes' Σ (m + 1), the chunks' Σ c (2 m + c + 1) and Σ c
+        self._timer = timer
+        self._sums = [0, 0, 0, 0, 0, 0]
 
     def add_decodes(self, idx: np.ndarray) -> None:
         idx = idx[: self.C]
@@ -45,14 +56,27 @@ class BatchDraft:
         self.dec += [True] * idx.size
         self.C -= int(idx.size)
         self._probe = None
+        if self._timer is not None and idx.size:
+            k, s = int(idx.size), self._sums
+            s[0] += k
+            s[1] += k
+            s[2] += k
+            s[3] += int(self.state.m[idx].sum()) + k
 
     def time_with(self, x: int, chunk: int) -> float:
         """Predicted batch time if request ``x`` joins with ``chunk`` prefill tokens.
 
         The draft's arrays are built once and kept, with one more slot for the probe, until the draft
         changes: a bisection (:meth:`largest_chunk`) probes a dozen chunks of one request, and converting
-        hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result."""
+        hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result.
+        With a cost model that prices a batch from its sums (:func:`work_timer`), from the draft's sums and the
+        probe's: the same floats, without arrays."""
         st = self.state
+        if self._timer is not None:
+            n, tokens, num_decode, decode_kv, work2, prefill = self._sums
+            m = int(st.m[x])
+            return self._timer(n + 1, tokens + chunk, num_decode, decode_kv, work2 + chunk * (2 * m + chunk + 1),
+                               prefill + chunk)
         if self._probe is None:
             self._probe = (np.array(self.tok + [0]), np.array(self.kv + [0]), np.array(self.dec + [False]))
         tok, kv, dec = self._probe
@@ -70,9 +94,30 @@ class BatchDraft:
         """Largest chunk <= limit keeping the predicted batch time <= target (at least min_chunk)."""
         if limit <= 0:
             return 0
-        if target_s == float("inf") or self.time_with(x, limit) <= target_s:
+        if target_s == float("inf"):
             return limit
+        guess = self.state.cost.chunk_bound(tuple(self._sums), int(self.state.m[x]), target_s) \
+            if self._timer is not None else None
         lo, hi = 0, limit          # time_with grows with the chunk: bisect
+        if guess is not None and 1 <= guess and int(guess) + 1 < limit:
+            # The time does not decrease as the chunk grows (chunk_bound checked the slopes; each float operation
+            # rounds monotonically). So the answer is the largest chunk below ``limit`` within the target (or
+            # ``limit`` itself if it is within), any bracket holding it bisects to it — the chunk the bisection
+            # from (0, limit) finds — and a chunk over the target puts ``limit`` over it too. The solved bound
+            # brackets the answer within one token, usually: two probes then instead of a dozen.
+            e = int(guess)
+            if self.time_with(x, e) > target_s:
+                hi = e
+                if e > 1:
+                    lo, hi = (e - 1, hi) if self.time_with(x, e - 1) <= target_s else (lo, e - 1)
+            elif self.time_with(x, e + 1) > target_s:
+                lo, hi = e, e + 1
+            elif self.time_with(x, limit) <= target_s:
+                return limit
+            else:
+                lo = e + 1
+        elif self.time_with(x, limit) <= target_s:
+            return limit
         while hi - lo > 1:
             mid = (lo + hi) // 2
             if self.time_with(x, mid) <= target_s:
@@ -93,10 +138,34 @@ class BatchDraft:
         self.C -= chunk
         self.P -= chunk
         self._probe = None
+        if self._timer is not None:
+            m, s = int(st.m[x]), self._sums
+            s[0] += 1
+            s[1] += chunk
+            s[4] += chunk * (2 * m + chunk + 1)
+            s[5] += chunk
 
     def plan(self) -> Plan:
         z = np.zeros(0, dtype=np.int64)
         return Plan(np.array(self.idx, dtype=np.int64), np.array(self.tok, dtype=np.int64), z)
+
+
+def work_timer(cost) -> "Callable[[int, int, int, int, int, int], float] | None":
+    """``cost``'s batch time from a batch's sums (:meth:`~infermax.costmodel.LinearCostModel.work_timer`), or None
+    (a cost model without one; ``INFERMAX_PURE=1`` in the environment: always None, the array path)."""
+    if os.environ.get("INFERMAX_PURE") == "1":
+        return None
+    get = getattr(cost, "work_timer", None)
+    return get() if get is not None else None
+
+
+def phases(state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running requests, :func:`decoding`'s and :func:`prefilling`'s, from one look at the active set."""
+    act = state.active
+    st = state.status[act]
+    running = st == RUNNING
+    dec = running & (state.m[act] >= state.inp[act])
+    return act[running], act[dec], act[(running & ~dec) | (st == WAITING)]
 
 
 def decoding(state: ServingState) -> np.ndarray:

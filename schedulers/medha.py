@@ -25,7 +25,7 @@ import numpy as np
 from infermax.state import ServingState
 
 from .base import Plan, Scheduler
-from .longctx import BatchDraft, decoding, prefilling
+from .longctx import BatchDraft, phases, work_timer
 from .registry import register_scheduler
 
 
@@ -63,14 +63,17 @@ class Medha(Scheduler):
         self._pred_m = np.full(len(w), -1, dtype=np.int64)   # cache: isolated prefill time at (m, inp)
         self._pred_inp = np.full(len(w), -1, dtype=np.int64)
         self._pred_s = np.zeros(len(w))
+        self._timer = work_timer(state.cost)     # (None: the cost model's batch_time on arrays)
 
     def slack(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """Relative slack (Eq. 7) of each request in ``idx``."""
         m = state.m[idx]
         stale = idx[(self._pred_m[idx] != m) | (self._pred_inp[idx] != state.inp[idx])]
+        timer = self._timer
         for x in stale.tolist():   # the remaining tokens as one isolated chunk, priced by the cost model
             mx, left = int(state.m[x]), int(state.inp[x] - state.m[x])
-            self._pred_s[x] = state.cost.batch_time(np.array([left]), np.array([mx]), np.array([False]))
+            self._pred_s[x] = (state.cost.batch_time(np.array([left]), np.array([mx]), np.array([False]))
+                               if timer is None else timer(1, left, 0, 0, left * (2 * mx + left + 1), left))
             self._pred_m[x], self._pred_inp[x] = mx, int(state.inp[x])
         remaining = self._pred_s[idx]
         deadline = state.arrivals_s[idx] + self._ttft[idx]
@@ -78,11 +81,10 @@ class Medha(Scheduler):
 
     # complexity: Medha's batch rule in order: decodes, slack-ordered prefills, shares, chunk sizes
     def next_batch(self, state: ServingState) -> Plan:
-        draft = BatchDraft(state, self._R)
-        dec = decoding(state)
+        running, dec, cand = phases(state)
+        draft = BatchDraft(state, self._R, running, self._timer)
         draft.add_decodes(dec)
         target = min(self.target_batch_s, float(self._tpot[dec].min())) if dec.size else float("inf")
-        cand = prefilling(state)
         if not cand.size or draft.C <= 0:
             return draft.plan()
         if not self.fcfs:
@@ -114,8 +116,8 @@ class Medha(Scheduler):
         """With no prefill left (none running, none waiting), every next batch decodes all running requests,
         oldest first (``decoding``), until the last completes — admission reserved each one's peak KV, so
         none is ever refused a slot — unless they outnumber C. An arrival voids the promise (the engine)."""
-        dec = decoding(state)
-        if not dec.size or dec.size > state.limits.C or prefilling(state).size:
+        _, dec, cand = phases(state)
+        if not dec.size or dec.size > state.limits.C or cand.size:
             return dec[:0], 0
         return dec, int((state.output_lens[dec] - state.gen[dec]).max())
 

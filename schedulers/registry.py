@@ -17,7 +17,6 @@ import importlib
 import inspect
 import math
 import typing
-from importlib import metadata
 from typing import Any, Callable
 
 from .base import Scheduler
@@ -43,6 +42,7 @@ def _load_entry_points() -> None:
     if _entry_points_loaded:
         return
     _entry_points_loaded = True
+    from importlib import metadata  # (here: scanning the installed packages is for names not built in)
     for ep in metadata.entry_points(group="infermax.schedulers"):
         if ep.name not in _REGISTRY:
             _REGISTRY[ep.name] = ep.load()
@@ -194,9 +194,10 @@ def get_scheduler(spec: "str | Scheduler", **options: Any) -> Scheduler:
         return spec
     if not isinstance(spec, str):
         raise ValueError(f"scheduler must be a name or a Scheduler, got {spec!r}")
-    _load_entry_points()
     name, _, rest = spec.strip().partition(":")
     name = name.strip()
+    if name not in _REGISTRY:       # (an entry point never replaces a registered name: looked for only when needed)
+        _load_entry_points()
     if name in _REGISTRY:
         factory = _REGISTRY[name]
         accepted = accepted_options(factory)

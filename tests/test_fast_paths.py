@@ -319,3 +319,89 @@ def test_the_blocks_in_use_are_the_running_requests_blocks_at_every_decision(nam
         result = simulate(w, name, lim.replace(C=2048))      # (vLLM admits a prompt whole)
         assert result.metrics["num_evictions"] > 0 or online
     assert max(seen) > 5
+
+
+# --- a draft batch priced from its sums (LinearCostModel.work_timer; Medha's chunk search) ---------------------
+def _linear_models() -> list:
+    from infermax.costmodel import get_cost_model
+    from infermax.costmodel.linear import LinearCoefficients
+    odd = LinearCostModel(LinearCoefficients(nonattn_lines=((1e-3, 3e-5), (4e-3, 1e-5), (7e-3, 7e-6)),
+                                             decode_bias_s=3e-4, decode_kv_s=9.1e-8, prefill_bias_s=1.3e-3,
+                                             prefill_attn_s=5.3e-9, prefill_token_s=2.7e-7, request_s=1.1e-5))
+    return [LinearCostModel(), get_cost_model("a100/llama3-8b"), odd]
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.integers(0, 2), data=st.data(), n=st.integers(0, 40))
+def test_a_batch_timed_from_its_sums_is_batch_time(model, data, n):
+    """Bit for bit: the sums (Python ints) through ``work_timer`` give the float ``batch_time`` gives from the
+    arrays, for batches of decodes, one or several chunks, or both (and the empty batch)."""
+    cost = _linear_models()[model]
+    dec = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    kv = np.array(data.draw(st.lists(st.integers(0, 200_000), min_size=n, max_size=n)), dtype=np.int64)
+    tok = np.array([1 if d else data.draw(st.integers(0, 20_000)) for d in dec], dtype=np.int64)
+    pf = ~dec
+    sums = (n, int(tok.sum()), int(dec.sum()), int((kv + tok)[dec].sum()),
+            sum(int(c) * (2 * int(m) + int(c) + 1) for c, m in zip(tok[pf], kv[pf])), int(tok[pf].sum()))
+    assert cost.work_timer()(*sums) == cost.batch_time(tok, kv, dec)
+
+
+def test_only_the_linear_formula_is_timed_from_sums():
+    class Own(LinearCostModel):
+        def batch_time(self, tokens, kv_before, is_decode):
+            return 1.0
+
+    assert Own().work_timer() is None and LinearCostModel().work_timer() is not None
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 30), name=st.sampled_from(["medha", "medha-fcfs"]),
+       model=st.integers(0, 2), target=st.sampled_from([0.02, 0.05, 0.2]))
+def test_medha_priced_from_sums_is_medha_priced_from_arrays(seed, n, name, model, target):
+    """Property: Medha's chunk search and slack from the draft's sums give the schedule and trace of the
+    array path (``INFERMAX_PURE=1``), on random mixes of long and short prompts arriving online."""
+    rng = np.random.default_rng(seed)
+    ins = np.where(rng.random(n) < 0.2, rng.integers(8_000, 40_000, n), rng.integers(50, 3_000, n))
+    outs = rng.integers(2, 200, n)
+    w = Workload.from_lengths(ins, outs, np.cumsum(rng.exponential(0.3, n)), name="mix")
+    lim = Limits(M=int(max(ins + outs)) * 3, C=10**7, P=int(rng.choice([2048, 4096])), R_max=64)
+    cost = _linear_models()[model]
+    sched = f"{name}:target_batch_s={target}"
+    calls = [0]
+    shipped = cost.batch_time
+
+    def counted(*args):
+        calls[0] += 1
+        return shipped(*args)
+
+    cost.batch_time = counted      # (on the instance: the class's method is the one work_timer checks)
+    fast = simulate(w, sched, lim, cost)
+    fast_calls, calls[0] = calls[0], 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("INFERMAX_PURE", "1")
+        pure = simulate(w, sched, lim, cost)
+    assert fast_calls < calls[0]   # the sums priced the draft's probes and the slack
+    assert fast.schedule == pure.schedule
+    assert fast.trace == pure.trace
+
+
+@settings(max_examples=300, deadline=None)
+@given(model=st.integers(0, 2), data=st.data(), n=st.integers(1, 12), target=st.floats(0.005, 0.5),
+       limit=st.integers(1, 20_000), min_chunk=st.integers(1, 64))
+def test_the_chunk_search_from_the_solved_bound_is_the_bisection(model, data, n, target, limit, min_chunk):
+    """The largest chunk within the target, searched from sums and the solved bound, is the plain bisection's
+    over the draft's arrays (no timer), for random drafts of decodes and chunks and a probed request."""
+    from infermax.schedulers.longctx import BatchDraft
+    cost = _linear_models()[model]
+    ins = data.draw(st.lists(st.integers(2, 60_000), min_size=n + 1, max_size=n + 1))
+    state = ServingState(make_workload([(i, 8) for i in ins]), Limits(M=10**7, C=10**7), cost)
+    state.m[:] = [data.draw(st.integers(0, i - 1)) for i in ins]
+    drafts = [BatchDraft(state, 10**6, timer=cost.work_timer()), BatchDraft(state, 10**6)]
+    decodes = np.array([k for k in range(n) if data.draw(st.booleans())], dtype=np.int64)
+    chunks = [(k, data.draw(st.integers(1, 4096))) for k in range(n) if k not in decodes.tolist()]
+    for d in drafts:
+        d.add_decodes(decodes)
+        for k, c in chunks:
+            d.add_prefill(k, c)
+    got = [d.largest_chunk(n, limit, target, min_chunk) for d in drafts]
+    assert got[0] == got[1]
