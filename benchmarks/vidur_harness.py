@@ -208,23 +208,15 @@ class VidurRun:
     num_restarts: np.ndarray
 
 
-def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun:
-    """Simulate ``workload`` (offline or online, ids in order) with Vidur's ``mnemosyne_<scheduler>``."""
+def make_simulator(setup: VidurSetup, predictor, replica, sched_config, cache, pred_config, out: str):
+    """One replica (``replica``) of Vidur's ``Simulator`` under ``sched_config`` and ``cache``, pricing batches with the
+    process's shared ``predictor`` (not a fresh one: training takes minutes), its metrics and traces off and
+    ``out`` its output folder; entity ids start from 0, as in a fresh process."""
     from vidur import config as vc
-    from vidur.entities import Request
-    from vidur.events import RequestArrivalEvent
+    from vidur.entities import Batch, Cluster, KVParallelBatch, Replica, Request
     from vidur.execution_time_predictor import ExecutionTimePredictorRegistry
-    from vidur.scheduler.replica_stage_scheduler.replica_stage_schduler import ReplicaStageScheduler
     from vidur.simulator import Simulator
 
-    patch_vidur()
-    order_batches(setup.ordered_batches)
-    predictor = shared_predictor(setup)
-    kinds = {"lrs": vc.MnemosyneLRSSchedulerConfig, "fcfs": vc.MnemosyneFCFSSchedulerConfig,
-             "edf": vc.MnemosyneEDFSchedulerConfig}
-    sched_config = kinds[scheduler](batch_size_cap=setup.batch_size_cap, target_batch_time=setup.target_batch_time_s)
-    replica, cache, pred_config = setup.configs()
-    out = tempfile.mkdtemp(prefix="vidur_out_")
     config = vc.SimulationConfig(
         cluster_config=vc.ClusterConfig(num_replicas=1, replica_config=replica, cache_config=cache,
                                         replica_scheduler_config=sched_config),
@@ -234,15 +226,32 @@ def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun
         execution_time_predictor_config=pred_config,
         metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, enable_chrome_trace=False,
                                         output_dir=out))
-    from vidur.entities import Batch, Cluster, KVParallelBatch, Replica
     for entity in (Cluster, Replica, Request, Batch, KVParallelBatch):   # ids from 0 in every run (replica 0 is
         entity._id = -1                                                    # the one the global scheduler names)
     shipped_get = ExecutionTimePredictorRegistry.get
     ExecutionTimePredictorRegistry.get = classmethod(lambda cls, *a, **k: predictor)
     try:
-        sim = Simulator(config)
+        return Simulator(config)
     finally:
         ExecutionTimePredictorRegistry.get = shipped_get
+
+
+def run_vidur(workload: Workload, scheduler: str, setup: VidurSetup) -> VidurRun:
+    """Simulate ``workload`` (offline or online, ids in order) with Vidur's ``mnemosyne_<scheduler>``."""
+    from vidur import config as vc
+    from vidur.entities import Request
+    from vidur.events import RequestArrivalEvent
+    from vidur.scheduler.replica_stage_scheduler.replica_stage_schduler import ReplicaStageScheduler
+
+    patch_vidur()
+    order_batches(setup.ordered_batches)
+    predictor = shared_predictor(setup)
+    kinds = {"lrs": vc.MnemosyneLRSSchedulerConfig, "fcfs": vc.MnemosyneFCFSSchedulerConfig,
+             "edf": vc.MnemosyneEDFSchedulerConfig}
+    sched_config = kinds[scheduler](batch_size_cap=setup.batch_size_cap, target_batch_time=setup.target_batch_time_s)
+    replica, cache, pred_config = setup.configs()
+    out = tempfile.mkdtemp(prefix="vidur_out_")
+    sim = make_simulator(setup, predictor, replica, sched_config, cache, pred_config, out)
     requests = [Request(arrived_at=float(t), num_prefill_tokens=int(i), num_decode_tokens=int(o))
                 for t, i, o in zip(workload.arrivals_s, workload.input_lens, workload.output_lens)]
     index = {id(r): k for k, r in enumerate(requests)}

@@ -106,12 +106,10 @@ def run_infermax(cell: dict, cost: str) -> dict:
 
 def run_vidur(cell: dict) -> dict:
     from vidur import config as vc
-    from vidur.entities import Batch, Cluster, KVParallelBatch, Replica, Request
+    from vidur.entities import Request
     from vidur.events import RequestArrivalEvent
-    from vidur.execution_time_predictor import ExecutionTimePredictorRegistry
     from vidur.scheduler.replica_stage_scheduler.replica_stage_schduler import ReplicaStageScheduler
-    from vidur.simulator import Simulator
-    from vidur_harness import VidurSetup, patch_vidur, shared_predictor
+    from vidur_harness import VidurSetup, make_simulator, patch_vidur, shared_predictor
 
     from infermax import Limits
 
@@ -134,23 +132,7 @@ def run_vidur(cell: dict) -> dict:
     cache = vc.CacheConfig(block_size=setup.block_size, num_blocks=num_blocks,
                            watermark_blocks_fraction=setup.watermark)
     out = f"/tmp/vidur_speed_{os.getpid()}"
-    config = vc.SimulationConfig(
-        cluster_config=vc.ClusterConfig(num_replicas=1, replica_config=replica, cache_config=cache,
-                                        replica_scheduler_config=sched),
-        request_generator_config=vc.SyntheticRequestGeneratorConfig(
-            num_requests=1, length_generator_config=vc.FixedRequestLengthGeneratorConfig(
-                prefill_tokens=16, decode_tokens=16, max_tokens=setup.max_tokens)),
-        execution_time_predictor_config=_pred,
-        metrics_config=vc.MetricsConfig(write_metrics=False, store_plots=False, enable_chrome_trace=False,
-                                        output_dir=out))
-    for entity in (Cluster, Replica, Request, Batch, KVParallelBatch):
-        entity._id = -1
-    shipped_get = ExecutionTimePredictorRegistry.get
-    ExecutionTimePredictorRegistry.get = classmethod(lambda cls, *a, **k: predictor)
-    try:
-        sim = Simulator(config)
-    finally:
-        ExecutionTimePredictorRegistry.get = shipped_get
+    sim = make_simulator(setup, predictor, replica, sched, cache, _pred, out)
     sim._event_queue = []
     for t, i, o in zip(w.arrivals_s.tolist(), w.input_lens.tolist(), w.output_lens.tolist()):
         r = Request(arrived_at=float(t), num_prefill_tokens=int(i), num_decode_tokens=int(o))
