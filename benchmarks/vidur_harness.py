@@ -3,7 +3,7 @@
 What it takes to run the released wheel here (issue 39):
 
 - profiling data: Vidur downloads it from the Hugging Face hub into its cache folder; the
-  folder is laid out by hand (:func:`lay_out_cache`) from ``/work/shared/data/vidur`` (the
+  folder is laid out by hand (:func:`lay_out_cache`) from :data:`DATA` (``INFERMAX_VIDUR_DATA``: the
   A100 Llama-3-8B MLP profile and the attention *sample*) and read with ``HF_HUB_OFFLINE=1``;
 - two runtime patches (:func:`patch_vidur`): the linear-regression predictor cannot be built
   as shipped (``_get_kv_parallel_communication_time`` is implemented but still marked abstract),
@@ -31,7 +31,9 @@ from infermax import Workload
 from infermax.costmodel import CostModel
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-DATA = "/work/shared/data/vidur"
+#: Vidur's measurements laid out as compute/<gpu>/<model>/{mlp,attention_sample}.csv and network/<node>/*.csv
+#: (the folder the tests read; INFERMAX_VIDUR_DATA names another)
+DATA = os.environ.get("INFERMAX_VIDUR_DATA", "/work/shared/data/vidur")
 MODEL, GPU, MODEL_DIR, NODE = "meta-llama/Llama-3-8B", "a100", "Meta-Llama-3-8B", "a100_dgx"
 _SNAPSHOT = "0" * 40
 MAX_CHUNK = 4096               # Vidur's prediction_max_prefill_chunk_size
