@@ -211,13 +211,14 @@ class LinearCostModel(CostModel):
         n = tokens.size
         num_decode = int(np.count_nonzero(is_decode))
         if num_decode == n and n:
-            return self._time_of_sums(n, num_tokens, n, _sum(kv_before + tokens), 0, 0)
+            return self._time_of_work(n, num_tokens, n, _sum(kv_before + tokens), 0, 0)
         if num_decode == n - 1 and tokens.dtype.kind == kv_before.dtype.kind == "i":
             # one prefill chunk, alone or among decodes: the sums in Python ints, exact as NumPy's integer
             # sums are, with no array operation per term
             k = int(is_decode.argmin())
             c, m = int(tokens[k]), int(kv_before[k])
-            return self._time_of_sums(n, num_tokens, num_decode, int(num_tokens) + int(_sum(kv_before)) - c - m, c, m)
+            return self._time_of_work(n, num_tokens, num_decode, int(num_tokens) + int(_sum(kv_before)) - c - m,
+                                      c * (2 * m + c + 1), c)
         lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
         n_tok = float(num_tokens)
         t = max([a + b * n_tok for a, b in lines]) + req * float(n)
@@ -233,21 +234,14 @@ class LinearCostModel(CostModel):
                 t += p_tok * float(_sum(c))
         return float(t)
 
-    def sums_timer(self) -> "Callable[[int, int, int, int, int, int], float] | None":
-        """:meth:`batch_time` of a batch of decodes and at most one prefill chunk, from its sums (the state
-        has them already): ``timer(num_requests, num_tokens, num_decode, decode_kv, chunk, chunk_kv)``,
-        ``decode_kv`` the decodes' Σ (m + c), ``chunk`` the one (re)fill's tokens (when
-        ``num_decode < num_requests``) after ``chunk_kv`` cached. The same float operations as ``batch_time``,
-        which calls it; None when a subclass times batches otherwise."""
-        return self._time_of_sums if type(self).batch_time is LinearCostModel.batch_time else None
-
     def work_timer(self) -> "Callable[[int, int, int, int, int, int], float] | None":
         """:meth:`batch_time` of any batch from its sums: ``timer(num_requests, num_tokens, num_decode,
         decode_kv, work2, prefill_tokens)``, ``decode_kv`` the decodes' Σ (m + c), ``work2`` the prefill chunks'
         Σ c (2 m + c + 1) (twice the causal work W) and ``prefill_tokens`` their Σ c, all Python ints (exact, as
         NumPy's integer sums and dot product are). The same float operations as ``batch_time``, so a scheduler
         that keeps a draft batch's sums prices a probe without building arrays; None when a subclass times
-        batches otherwise."""
+        batches otherwise. The state times each batch with it (a (re)fill chunk ``c`` after ``m`` cached: ``work2``
+        = c (2 m + c + 1), ``prefill_tokens`` = c)."""
         return self._time_of_work if type(self).batch_time is LinearCostModel.batch_time else None
 
     def _time_of_work(self, num_requests: int, num_tokens: int, num_decode: int, decode_kv: int, work2: int,
@@ -286,19 +280,6 @@ class LinearCostModel(CostModel):
                 root = -qc / qb if qb > 0 else (math.inf if qc <= 0 else -math.inf)
             best = min(best, root)
         return best
-
-    def _time_of_sums(self, num_requests: int, num_tokens: int, num_decode: int, decode_kv: int, chunk: int,
-                      chunk_kv: int) -> float:
-        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = self._k
-        n_tok = float(num_tokens)
-        t = max([a + b * n_tok for a, b in lines]) + req * float(num_requests)
-        if num_decode:
-            t += d_bias + d_kv * float(decode_kv)
-        if num_decode < num_requests:
-            t += p_bias + p_attn * (0.5 * float(chunk * (2 * chunk_kv + chunk + 1)))
-            if p_tok:
-                t += p_tok * float(chunk)
-        return float(t)
 
     def decode_run_times(self, kv_before: np.ndarray, num_steps: int) -> np.ndarray:
         """Closed form of :meth:`batch_time` over a run of identical decode batches (the simulator's

@@ -56,7 +56,7 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
         self.workload, self.limits, self.cost = workload, limits, cost
         # the cost model's batch time from the sums apply has (a batch of decodes and at most one (re)fill),
         # when it has one: the same floats as ``cost.batch_time``
-        timer = getattr(cost, "sums_timer", None)
+        timer = getattr(cost, "work_timer", None)
         self._timer = timer() if timer is not None else None
         timer = getattr(cost, "decode_run_timer", None)     # (and a decode run's, from the run's Σ m)
         self._run_timer = timer() if timer is not None else None

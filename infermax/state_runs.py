@@ -118,8 +118,9 @@ class DecodeRuns:
         for k in range(num_steps):
             if t >= stop:
                 break
-            # apply's timer arguments: n + 1 requests, n + chunk tokens, n decodes reading Σ (m + 1), the chunk
-            d = timer(n + 1, width, n, n + s_dec + k * n, chunk, mx + k * chunk)
+            # apply's timer arguments: n + 1 requests, n + chunk tokens, n decodes reading Σ (m + 1), the chunk's
+            # twice causal work and its tokens
+            d = timer(n + 1, width, n, n + s_dec + k * n, chunk * (2 * (mx + k * chunk) + chunk + 1), chunk)
             starts.append(t)
             durations.append(d)
             t = t + d        # (apply's end = start + duration)

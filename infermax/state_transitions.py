@@ -102,7 +102,7 @@ class Transitions:
             # (the others in it wait, holding no KV)
             kv_read = num_tokens + (self.kv_used if n - num_new == self.num_running else int(_sum(m0)))
             m = int(m0[one]) if one >= 0 else 0
-            duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - m, c_one, m)
+            duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - m, c_one * (2 * m + c_one + 1), c_one)
         else:
             duration = self.cost.batch_time(tokens, m0, is_decode)
         end = start + duration
@@ -146,7 +146,7 @@ class Transitions:
         new_blocks = ((m1 + self._mask) >> self._shift) - ((m0 + self._mask) >> self._shift) if self._mask else None
         blocks = self._check_limits(j, c, num_prefill_tokens, kv, running, m0_arr, tokens, new_blocks)
         if self._timer is not None and tokens.dtype.kind == "i":
-            duration = self._timer(1, c, 1, m1, c, m0) if decode else self._timer(1, c, 0, 0, c, m0)
+            duration = self._timer(1, c, 1, m1, 0, 0) if decode else self._timer(1, c, 0, 0, c * (2 * m0 + c + 1), c)
         else:
             duration = self.cost.batch_time(tokens, m0_arr, _ONE_DECODE if decode else _ONE_PREFILL)
         end = start + duration
