@@ -160,25 +160,14 @@ def work_timer(cost) -> "Callable[[int, int, int, int, int, int], float] | None"
 
 
 def phases(state: ServingState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The running requests, :func:`decoding`'s and :func:`prefilling`'s, from one look at the active set."""
+    """From one look at the active set, oldest arrival first (ties by index: the active set's order): the running
+    requests, the running decode-phase ones, and the prefill candidates (running with an unfinished (re)fill, and
+    waiting)."""
     act = state.active
     st = state.status[act]
     running = st == RUNNING
     dec = running & (state.m[act] >= state.inp[act])
     return act[running], act[dec], act[(running & ~dec) | (st == WAITING)]
-
-
-def decoding(state: ServingState) -> np.ndarray:
-    """Running decode-phase requests, oldest arrival first (ties by index: the active set's order)."""
-    act = state.active
-    return act[(state.status[act] == RUNNING) & (state.m[act] >= state.inp[act])]
-
-
-def prefilling(state: ServingState) -> np.ndarray:
-    """Running requests with an unfinished (re)fill plus waiting ones, oldest arrival first."""
-    act = state.active
-    st = state.status[act]
-    return act[((st == RUNNING) & (state.m[act] < state.inp[act])) | (st == WAITING)]
 
 
 def long_mask(state: ServingState, threshold_tokens: int | None) -> np.ndarray:

@@ -114,7 +114,7 @@ class Medha(Scheduler):
 
     def decode_run(self, state: ServingState, plan: Plan) -> tuple[np.ndarray, int]:
         """With no prefill left (none running, none waiting), every next batch decodes all running requests,
-        oldest first (``decoding``), until the last completes — admission reserved each one's peak KV, so
+        oldest first (:func:`~.longctx.phases`), until the last completes — admission reserved each one's peak KV, so
         none is ever refused a slot — unless they outnumber C. An arrival voids the promise (the engine)."""
         _, dec, cand = phases(state)
         if not dec.size or dec.size > state.limits.C or cand.size:

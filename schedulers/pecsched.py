@@ -32,7 +32,7 @@ from infermax.state import ServingState
 
 from .base import Plan, Scheduler
 from .framework import GetNextBatch
-from .longctx import BatchDraft, decoding, long_mask, prefilling
+from .longctx import BatchDraft, long_mask, phases
 from .registry import register_scheduler
 
 POLICIES = ("pecsched", "priority")
@@ -66,9 +66,8 @@ class PecSched(Scheduler):
         self._R = min(self.R_max or state.limits.max_running, state.limits.max_running)
 
     def next_batch(self, state: ServingState) -> Plan:
-        draft = BatchDraft(state, self._R)
-        dec = decoding(state)
-        cand = prefilling(state)
+        running, dec, cand = phases(state)
+        draft = BatchDraft(state, self._R, running)
         is_long = self._long[cand]
         shorts, longs = cand[~is_long], cand[is_long]
         if self.policy == "priority":
