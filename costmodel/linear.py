@@ -257,6 +257,12 @@ class LinearCostModel(CostModel):
                 t += p_tok * float(prefill_tokens)
         return float(t)
 
+    def work_coefficients(self) -> "tuple | None":
+        """The numbers :meth:`work_timer` prices a batch with, ``(lines, decode_bias_s, decode_kv_s,
+        prefill_bias_s, prefill_attn_s, prefill_token_s, request_s)`` (``lines``: the (a, b) of each non-attention
+        line), for a compiled twin of it (:mod:`infermax.fastloop`); None when :meth:`work_timer` is."""
+        return self._k if self.work_timer() is not None else None
+
     def chunk_bound(self, sums: "tuple[int, int, int, int, int, int]", m: int, target_s: float) -> float | None:
         """The chunk ``c`` (a real number) at which the batch of ``sums`` (:meth:`work_timer`'s arguments) plus a
         prefill chunk of ``c`` tokens after ``m`` cached reaches ``target_s``, solved from the coefficients in

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import fastloop
 from .costmodel import CostModel
 from .inputs import resolve_inputs
 from .metrics import metrics as compute_metrics
@@ -90,7 +91,8 @@ def _stuck_message(state: ServingState, scheduler_name: str) -> str:
 def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limits | str | None" = None,
              cost: "CostModel | str | None" = None,
              progress: Callable[[int, int], None] | None = None, fast_forward: bool = True,
-             schedule_path: "str | Path | None" = None, read_only_state: bool = False) -> SimResult:
+             schedule_path: "str | Path | None" = None, read_only_state: bool = False,
+             compiled: bool | None = None) -> SimResult:
     """Run ``scheduler`` on ``workload`` under ``limits``, timing batches with ``cost``.
 
     ``progress(done, total)`` is called every 256 batches (the CLI draws a bar).
@@ -105,6 +107,11 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     ``read_only_state``: the scheduler sees the state through a :class:`~infermax.state_view.StateView`
     (read-only arrays, no transitions), so a scheduler that writes to it fails naming what it touched;
     the same schedule otherwise, slower (the test suite runs every registered scheduler so).
+    ``compiled``: run the compiled loop (:mod:`infermax.fastloop`: numba) where it covers the scheduler (vLLM,
+    Sarathi, their variants and ``-real`` presets) and the cost model — the same schedule and trace, bit for
+    bit, several times faster. None (the default): for runs of at least ``fastloop.MIN_OUTPUT_TOKENS`` output
+    tokens; True: whenever it can; False: never (the reference path, as ``INFERMAX_PURE=1`` in the environment).
+    It needs ``fast_forward`` and not ``read_only_state``.
     """
     from infermax.schedulers import get_scheduler
 
@@ -117,7 +124,11 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     recorder = TraceRecorder()
     out = _BatchList() if schedule_path is None else ScheduleWriter(schedule_path, _meta(sched, workload, limits, cost))
     try:
-        _run(state, sched, out, recorder, ids, progress, fast_forward, read_only_state)
+        spec = fastloop.spec_for(state, sched, compiled) if fast_forward and not read_only_state else None
+        if spec is not None:
+            _run_compiled(state, sched, spec, out, recorder, ids, progress)
+        else:
+            _run(state, sched, out, recorder, ids, progress, fast_forward, read_only_state)
     finally:
         if isinstance(out, ScheduleWriter):
             out.close()
@@ -252,6 +263,17 @@ class ReplicaRunner:
         """Idle until ``time_s``; the next batch records it as ``not_before_s``."""
         self.state.advance_clock(time_s)
         self.not_before = time_s
+
+
+def _run_compiled(state: ServingState, sched: Any, spec: "fastloop.LoopSpec", out: "_BatchList | ScheduleWriter",
+                  recorder: TraceRecorder, ids: np.ndarray, progress: Callable[[int, int], None] | None) -> None:
+    """The loop of :func:`_run`, compiled (:func:`infermax.fastloop.run`), with the same errors."""
+    code = fastloop.run(state, spec, out, recorder, ids, progress)
+    if code == fastloop.STUCK:
+        raise SchedulerStuckError(_stuck_message(state, sched.name))
+    if code == fastloop.EVICTED_NONE:
+        raise SchedulerStuckError(f"scheduler {sched.name!r} evicted requests but scheduled none "
+                                  f"(batch {state.num_batches})")
 
 
 def _run(state: ServingState, sched: Any, out: "_BatchList | ScheduleWriter", recorder: TraceRecorder,

@@ -119,6 +119,16 @@ class TraceRecorder:
         if len(self._starts) >= self.CHUNK_BATCHES:
             self._flush()
 
+    def add_columns(self, starts_s: np.ndarray, durations_s: np.ndarray, records: np.ndarray) -> None:
+        """Batches already in columns (the compiled loop's chunk, :mod:`infermax.fastloop`): their starts, their
+        durations and their BatchRecords as the rows of ``records``; the arrays are kept, not copied."""
+        self._flush()
+        cols = self._columns
+        cols[0].append(starts_s)
+        cols[1].append(durations_s)
+        for k in range(records.shape[1]):
+            cols[2 + k].append(records[:, k])
+
     def _flush(self) -> None:
         if not self._starts:
             return

@@ -186,6 +186,22 @@ class GetNextBatch(Scheduler):
         return (type(self) is GetNextBatch and p.priority == "decode" and p.hybrid and p.chunked_prefill
                 and not self._dynamic and self._admission is None and not self._pins.active)
 
+    def loop_spec(self, state: ServingState):
+        """This scheduler's batches as the simulator's compiled loop (:mod:`infermax.fastloop`) plans them, or
+        None where it decides otherwise: a subclass (its own hooks), an order other than first come first
+        served or recomputed each batch, a victim choice, look-ahead admission, eviction-free reservations,
+        skip mode, pinned requests, or prefill priority with chunked prefill (a mixed group). Call after
+        :meth:`reset`."""
+        from infermax.fastloop import LoopSpec
+
+        p = self.policy
+        if (type(self) is not GetNextBatch or self._dynamic or not self._fcfs or self._victim is not None
+                or self._admission is not None or self._ef or p.skip_on_fail or self._pins.active
+                or p.priority not in ("prefill", "decode") or (p.priority == "prefill" and p.chunked_prefill)):
+            return None
+        return LoopSpec(p.priority == "prefill", p.hybrid, p.chunked_prefill, self._C, self._P, self._R,
+                        self._blocks, self._wm, self._bs)
+
     def _check_blocks(self, lim) -> None:
         """(``reset``) The policy's KV blocks are the Limits' (``simulate`` applies them), and look-ahead
         admission, which predicts KV in tokens, runs on tokens."""
