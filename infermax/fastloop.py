@@ -194,7 +194,7 @@ def _kernel():
     return _LOOP
 
 
-def _compile():    # noqa: C901  (the loop's functions, defined where numba is imported)
+def _compile():
     from numba import njit
 
     jit = njit(cache=True, nogil=True)

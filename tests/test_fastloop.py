@@ -9,8 +9,7 @@ from factories import make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infermax import Limits, simulate
-from infermax import fastloop
+from infermax import Limits, fastloop, simulate
 from infermax.costmodel import LinearCostModel
 from infermax.engine import SchedulerStuckError
 from infermax.schedulers import get_scheduler
