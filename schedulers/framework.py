@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from infermax.fastloop import LoopSpec
 from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
 from infermax.policy import Policy
 from infermax.state import RUNNING, WAITING, ServingState, _count_nonzero
@@ -192,8 +193,6 @@ class GetNextBatch(Scheduler):
         served or recomputed each batch, a victim choice, look-ahead admission, eviction-free reservations,
         skip mode, pinned requests, or prefill priority with chunked prefill (a mixed group). Call after
         :meth:`reset`."""
-        from infermax.fastloop import LoopSpec
-
         p = self.policy
         if (type(self) is not GetNextBatch or self._dynamic or not self._fcfs or self._victim is not None
                 or self._admission is not None or self._ef or p.skip_on_fail or self._pins.active

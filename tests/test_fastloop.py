@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from infermax import Limits, fastloop, simulate
 from infermax.costmodel import LinearCostModel
 from infermax.engine import SchedulerStuckError
+from infermax.policy import Policy
 from infermax.schedulers import get_scheduler
+from infermax.schedulers.framework import GetNextBatch
 from infermax.state import ServingState
 
 pytest.importorskip("numba")
@@ -21,6 +23,11 @@ pytest.importorskip("numba")
 COVERED = ["vllm", "vllm-hy", "vllm-real", "sarathi", "sarathi-pc", "sarathi-nocp", "sarathi-nohy", "sarathi-real",
            "vllm:R_max=3", "sarathi:R_max=2", "vllm:watermark=0.2", "sarathi:watermark=0.05,P=7",
            "vllm-real:R_max=4", "sarathi-real:P=16"]
+#: policies no registered name has, which the loop covers too (GetNextBatch's hooks in other combinations)
+POLICIES = {"decode-nohy-chunked": Policy(priority="decode", hybrid=False, chunked_prefill=True, P=24),
+            "decode-C": Policy(priority="decode", C=40, P=16, watermark=0.1, R_max=5),
+            "prefill-hy-C": Policy(priority="prefill", hybrid=True, chunked_prefill=False, C=300, watermark=0.3),
+            "input-key-equal": Policy(priority="decode", rank_key="input")}
 #: and some it does not: the simulator runs them on the pure path even when asked for the compiled one
 NOT_COVERED = ["vllm-ef", "vllm-la", "sarathi-ef", "sarathi-la", "orca", "fastertransformer", "lightllm", "medha",
                "vllm-v1"]
@@ -61,16 +68,20 @@ def assert_same_run(a, b) -> None:
     assert json.dumps(a.metrics, sort_keys=True, default=str) == json.dumps(b.metrics, sort_keys=True, default=str)
 
 
+def _sched(name):
+    return GetNextBatch(POLICIES[name], name=name) if name in POLICIES else name
+
+
 def _both(w, name, lim, cost=None):
     cost = cost or LinearCostModel()
-    a = simulate(w, name, lim, cost, compiled=True)
-    b = simulate(w, name, lim, cost, compiled=False)
+    a = simulate(w, _sched(name), lim, cost, compiled=True)
+    b = simulate(w, _sched(name), lim, cost, compiled=False)
     return a, b
 
 
-@pytest.mark.parametrize("name", COVERED)
+@pytest.mark.parametrize("name", COVERED + list(POLICIES))
 def test_the_loop_covers_these_schedulers(name):
-    s = get_scheduler(name)
+    s = get_scheduler(_sched(name))
     w = make_workload([(10, 5)] * 3)
     lim = s.limits_for(Limits(M=1000, C=64))
     s.reset(ServingState(w, lim, LinearCostModel()))
@@ -86,7 +97,7 @@ def test_the_others_stay_on_the_pure_path(name, monkeypatch):
     assert not calls
 
 
-@pytest.mark.parametrize("name", COVERED)
+@pytest.mark.parametrize("name", COVERED + list(POLICIES))
 @pytest.mark.parametrize("online", [False, True])
 def test_the_compiled_loop_is_the_pure_path(name, online):
     for seed in range(3):
@@ -97,7 +108,7 @@ def test_the_compiled_loop_is_the_pure_path(name, online):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 50), online=st.booleans(), block=st.sampled_from([1, 2, 3, 16]),
-       name=st.sampled_from(COVERED), tight=st.booleans())
+       name=st.sampled_from(COVERED + list(POLICIES)), tight=st.booleans())
 def test_the_compiled_loop_is_the_pure_path_on_any_instance(seed, n, online, block, name, tight):
     if "-real" in name:
         block = 16      # (the presets' own block size, or 1: simulate applies it)
@@ -112,7 +123,8 @@ def test_the_compiled_loop_is_the_pure_path_on_any_instance(seed, n, online, blo
 @pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 120), online=st.booleans(),
-       block=st.sampled_from([1, 2, 3, 4, 16, 32]), name=st.sampled_from(COVERED), tight=st.booleans())
+       block=st.sampled_from([1, 2, 3, 4, 16, 32]), name=st.sampled_from(COVERED + list(POLICIES)),
+       tight=st.booleans())
 def test_the_compiled_loop_is_the_pure_path_on_many_instances(seed, n, online, block, name, tight):
     test_the_compiled_loop_is_the_pure_path_on_any_instance.hypothesis.inner_test(seed, n, online, block, name, tight)
 
