@@ -90,8 +90,8 @@ def scale(args) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "schedule.json")
         warm = Workload.from_spec(SCALE_SPEC.format(B=min(sizes)))
-        for name in names:     # imports, cost-model loading: not part of any measured run
-            simulate(warm, name, lim, schedule_path=path)
+        for name in names:     # imports, cost-model and compiled-loop loading: not part of any measured run
+            simulate(warm, name, lim, schedule_path=path, compiled=True)
         for B in sizes:
             t0 = time.perf_counter()
             w = Workload.from_spec(SCALE_SPEC.format(B=B))
@@ -131,7 +131,10 @@ CELLS = [("vLLM B=1024 I=O=1024", "fixed:I=1024,O=1024,B=1024", "M=100000,C=4096
 def worker(runs: list[list[str]]) -> None:
     """One repetition: each (workload, limits, scheduler) once, after a warm-up (imports, the cost model); prints
     {"workload|limits|scheduler": [CPU s of the whole simulate call, batches]} as JSON."""
-    simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096")
+    try:
+        simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096", compiled=True)     # (numba's code loaded, once)
+    except TypeError:       # (a --baseline-python from before the compiled loop)
+        simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096")
     out = {}
     for spec, limits, name in runs:
         c0 = time.process_time()
