@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
 import numpy as np
 
@@ -45,27 +45,12 @@ from .fastloop_layout import (
     FINISHED,
     FULL,
     STUCK,
+    LoopSpec,
 )
 from .schedule import Batch
 
 #: a run smaller than this (Σ output tokens) stays on the pure path, which costs less than loading the loop
 MIN_OUTPUT_TOKENS = 100_000
-class LoopSpec(NamedTuple):
-    """What the compiled loop needs of a scheduler (:meth:`GetNextBatch.loop_spec`): its groups' order
-    (prefills first, as vLLM, or decodes, as Sarathi), hybrid batches, chunked prefill, its C, P and
-    running budgets, its KV budget in blocks and the admission watermark (blocks), and the block size."""
-
-    prefill_first: bool
-    hybrid: bool
-    chunked: bool
-    C: int
-    P: int
-    R: int
-    blocks: int
-    watermark: int
-    block_size: int
-
-
 def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
     """The loop's spec when it may run this simulation (``compiled``: None decides by the run's size, or takes
     ``INFERMAX_COMPILED=1`` from the environment as True; True runs it whenever it can; False never), else None:

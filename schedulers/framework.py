@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from infermax.fastloop import LoopSpec
+from infermax.fastloop_layout import LoopSpec
 from infermax.ordering import LOWEST_PRIORITY, RANK_KEYS, VICTIMS, RequestView, evaluate, key_name
 from infermax.policy import Policy
 from infermax.state import RUNNING, WAITING, ServingState, _count_nonzero
