@@ -51,6 +51,7 @@ from .schedule import Batch
 
 #: a run smaller than this (Σ output tokens) stays on the pure path, which costs less than loading the loop
 MIN_OUTPUT_TOKENS = 100_000
+# complexity: one condition per case the loop does not cover, each a plain early return
 def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
     """The loop's spec when it may run this simulation (``compiled``: None decides by the run's size, or takes
     ``INFERMAX_COMPILED=1`` from the environment as True; True runs it whenever it can; False never), else None:
@@ -107,7 +108,8 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
     n = len(w)
     buf = _Buffers(n, spec, chunk_batches)
     cfg = np.array([spec.prefill_first, spec.hybrid, spec.chunked, spec.C, spec.P, spec.R, spec.blocks,
-                    spec.watermark, spec.block_size, lim.C, lim.P, lim.M, lim.max_running, lim.num_blocks],
+                    spec.watermark, spec.block_size, lim.C, lim.P, lim.M, lim.max_running, lim.num_blocks,
+                    _shift(spec.block_size)],
                    dtype=np.int64)
     lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = state.cost.work_coefficients()
     la = np.array([float(a) for a, _ in lines])
@@ -139,6 +141,11 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
         raise RuntimeError(f"the compiled loop planned batch {int(sc[_ERR_BATCH])} breaking rule "
                            f"{_BROKEN[code]}; simulate(..., compiled=False) runs the reference path")
     return code
+
+
+def _shift(b: int) -> int:
+    """log2 of a power-of-two block size > 1, else 0 (the loop divides)."""
+    return b.bit_length() - 1 if b > 1 and not b & (b - 1) else 0
 
 
 def _emit(buf: _Buffers, sc: np.ndarray, ids: np.ndarray, out: Any, recorder: Any) -> None:

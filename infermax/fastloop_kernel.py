@@ -48,6 +48,7 @@ from .fastloop_layout import (
     _PREFILL,
     _PREFILL_FIRST,
     _R,
+    _SHIFT,
     _UPTO,
     _VERSION,
     _WAIT,
@@ -68,8 +69,13 @@ jit = njit(cache=True, nogil=True)
 
 
 @jit
-def blk(t, bs):
-    """ceil(t / bs) for t >= 0: the KV blocks t tokens take (t itself when bs is 1)."""
+def blk(t, bs, sh):
+    """ceil(t / bs) for t >= 0: the KV blocks t tokens take (t itself when bs is 1); a shift by ``sh`` when bs is
+    2 ** sh > 1 (Limits.kv_blocks' numbers)."""
+    if sh:
+        return (t + bs - 1) >> sh
+    if bs == 1:
+        return t
     return (t + bs - 1) // bs
 
 @jit
@@ -152,13 +158,13 @@ def compact(cand, lo, hi, stamp, j):
 def evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev):
     """GetNextBatch._evict_for: evict the lowest-priority running requests after ``x`` (not in the batch)
     until its ``need`` blocks fit (True), else them and ``x`` (False)."""
-    bs = cfg[_BS]
+    bs, sh = cfg[_BS], cfg[_SHIFT]
     short = need - bud[_BMEM]
     total, found, q = 0, -1, nr - 1
     while q > rpos[x]:
         v = rl[q]
         if stamp[v] != j:
-            total += blk(max(m[v], inp[v]), bs)
+            total += blk(max(m[v], inp[v]), bs, sh)
             if total >= short:
                 found = q
                 break
@@ -177,21 +183,23 @@ def evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev):
         bud[_BNE] += 1
         stamp[x] = j
         count += 1
-        total += blk(max(m[x], inp[x]), bs)
+        total += blk(max(m[x], inp[x]), bs, sh)
     bud[_BMEM] += total
     bud[_BRUN] += count
     return found >= 0
 
 @jit
+# complexity: _admit_fills and _admit_waiting's checks in order (C, P, KV less the watermark, R_max)
 def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
     """GetNextBatch._admit_fills (and _admit_waiting): how many of cand[lo:hi] take whole (re)fills, and
     their tokens and blocks."""
     bs, wm, blocks = cfg[_BS], cfg[_WM], cfg[_BLOCKS]
+    sh = cfg[_SHIFT]
     mem = bud[_BMEM]
     x = cand[lo]
     head = inp[x] if waiting else inp[x] - m[x]
     cap = min(bud[_BC], bud[_BP])
-    head_mem = blk(head, bs) if waiting else 0
+    head_mem = blk(head, bs, sh) if waiting else 0
     room = mem - wm if mem < blocks else mem
     if head > cap or (waiting and (bud[_BRUN] < 1 or head_mem > room)):
         return 0, 0, 0
@@ -204,7 +212,7 @@ def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
         if waiting:
             if k + 1 > bud[_BRUN]:
                 break
-            own = blk(t, bs)
+            own = blk(t, bs, sh)
             cm = cmem + own
             gate = wm if wm and blocks - mem + cm - own > 0 else 0
             if cm > mem - gate:
@@ -218,7 +226,7 @@ def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
 def admit_decodes(m, cfg, bud, cand, lo, hi):
     """GetNextBatch._admit_decodes: how many of the decodes cand[lo:hi] fit (C, a new block each that fills
     its last one), and the blocks they take."""
-    bs = cfg[_BS]
+    bs, sh = cfg[_BS], cfg[_SHIFT]
     if bs == 1:
         k = max(0, min(hi - lo, bud[_BC], bud[_BMEM]))
         return k, k
@@ -226,7 +234,7 @@ def admit_decodes(m, cfg, bud, cand, lo, hi):
     mem, used, k = bud[_BMEM], 0, 0
     for q in range(lo, end):
         x = cand[q]
-        new = blk(m[x] + 1, bs) - blk(m[x], bs)
+        new = blk(m[x] + 1, bs, sh) - blk(m[x], bs, sh)
         if used + new > mem:
             break
         used += new
@@ -234,9 +242,11 @@ def admit_decodes(m, cfg, bud, cand, lo, hi):
     return k, used
 
 @jit
+# complexity: GetNextBatch._fill with its hooks 2-4 inline (_admit_*, _goto_next_or_evict), as the pure one
 def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_tok, p_ev):
     """GetNextBatch._fill over the group cand[lo:hi] of kind ``kind``: hooks 2-4."""
     bs, wm, blocks = cfg[_BS], cfg[_WM], cfg[_BLOCKS]
+    sh = cfg[_SHIFT]
     group_phase = _DECODE if kind == _DEC else _PREFILL
     while lo < hi and bud[_BC] > 0:
         if not cfg[_HYBRID] and bud[_BPHASE] != _NO_PHASE and bud[_BPHASE] != group_phase:
@@ -264,7 +274,7 @@ def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_
         lo += k + 1
         # hook 4, GotoNextGroupOrEvict, for x
         if m[x] >= inp[x]:
-            need = blk(m[x] + 1, bs) - blk(m[x], bs)
+            need = blk(m[x] + 1, bs, sh) - blk(m[x], bs, sh)
             if need > bud[_BMEM]:
                 kept = evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev)
                 hi = compact(cand, lo, hi, stamp, j)
@@ -274,7 +284,7 @@ def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_
                 continue
             return
         new = m[x] == 0
-        need = blk(inp[x], bs) if new else 0
+        need = blk(inp[x], bs, sh) if new else 0
         room = bud[_BMEM] - wm if new and bud[_BMEM] < blocks else bud[_BMEM]
         if cfg[_CHUNKED] and need <= room and int(new) <= bud[_BRUN]:
             chunk = min(inp[x] - m[x], bud[_BC], bud[_BP])
@@ -287,14 +297,15 @@ def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_
         return
 
 @jit
+# complexity: next_batch's group walk for both priorities, each group copied and filtered as the pure one
 def plan(m, inp, cfg, bud, stamp, j, rl, nr, wl, nw, rpos, cand, p_idx, p_tok, p_ev):
     """GetNextBatch.next_batch: the batch's requests and tokens (p_idx, p_tok) and evictions (p_ev). Its
     groups are copied into ``cand`` (fill rewrites its candidates): the running requests at [0, nr), the
     waiting ones after them."""
-    bs = cfg[_BS]
+    bs, sh = cfg[_BS], cfg[_SHIFT]
     reserved = 0
     for q in range(nr):
-        reserved += blk(max(m[rl[q]], inp[rl[q]]), bs)
+        reserved += blk(max(m[rl[q]], inp[rl[q]]), bs, sh)
     bud[_BC], bud[_BP], bud[_BMEM], bud[_BRUN] = cfg[_C], cfg[_P], cfg[_BLOCKS] - reserved, cfg[_R] - nr
     bud[_BPHASE] = bud[_BPN] = bud[_BNE] = 0
     for q in range(nw):
@@ -333,11 +344,12 @@ def plan(m, inp, cfg, bud, stamp, j, rl, nr, wl, nw, rpos, cand, p_idx, p_tok, p
     fill(m, inp, cfg, bud, stamp, j, cand, nr, hi, _WAIT, rl, nr, rpos, p_idx, p_tok, p_ev)
 
 @jit
+# complexity: ServingState.apply's five steps inline, in one compiled function (its twin, step by step)
 def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, refill, n_susp, last_b,
           la, lb, co, cfg, sc, fs, bud, p_idx, p_tok, p_ev, rec):
     """ServingState.apply of the planned batch; its (start, duration), its record in rec. The code of a
     broken rule, or 0."""
-    bs = cfg[_BS]
+    bs, sh = cfg[_BS], cfg[_SHIFT]
     j = sc[_NB]
     start = max(fs[0], fs[1])
     ne, n = bud[_BNE], bud[_BPN]
@@ -354,7 +366,7 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
         sc[_KV] -= me
         sc[_PF_LEFT] += me + int(dec)
         if bs > 1:
-            sc[_BLK_USED] -= blk(me, bs)
+            sc[_BLK_USED] -= blk(me, bs, sh)
         sc[_NRUN] -= 1
     if ne:
         sc[_VERSION] += 1
@@ -375,7 +387,7 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
             work2 += c * (2 * m0 + c + 1)
             ptok += c
         if bs > 1:
-            new_blocks += blk(m0 + c, bs) - blk(m0, bs)
+            new_blocks += blk(m0 + c, bs, sh) - blk(m0, bs, sh)
     if num_new:
         sc[_VERSION] += 1
     kv, running = sc[_KV] + ntok, sc[_NRUN] + num_new      # 3. limits
@@ -412,7 +424,7 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
                 compl[i] = end
                 sc[_KV] -= m1
                 if bs > 1:
-                    sc[_BLK_USED] -= blk(m1, bs)
+                    sc[_BLK_USED] -= blk(m1, bs, sh)
                 m[i] = 0
                 status[i] = DONE
                 sc[_NRUN] -= 1
@@ -427,6 +439,7 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
     return start, duration, 0
 
 @jit
+# complexity: engine._run's loop with the output chunk's bookkeeping (a repeat or a new batch) inline
 def loop(m, inp, gen, status, out_len, admit_s, order, first_sched, first_tok, compl, n_ev, refill, n_susp,
          last_b, act, rl, wl, rpos, stamp, cand, p_idx, p_tok, p_ev, la, lb, co, cfg, sc, fs,
          b_off, b_n, b_evoff, b_nev, b_rep, b_nb, f_idx, f_tok, f_ev, t_start, t_dur, t_rec):

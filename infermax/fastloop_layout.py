@@ -9,7 +9,7 @@ _DEC, _PF, _WAIT = 0, 1, 2
 _NO_PHASE, _PREFILL, _DECODE = 0, 1, 2
 # cfg: the scheduler's and the limits' numbers
 (_PREFILL_FIRST, _HYBRID, _CHUNKED, _C, _P, _R, _BLOCKS, _WM, _BS, _LIM_C, _LIM_P, _LIM_M, _LIM_RUN,
- _LIM_BLOCKS) = range(14)
+ _LIM_BLOCKS, _SHIFT) = range(15)
 # sc: the state's integers (in and out) and the chunk's counters (out)
 (_KV, _BLK_USED, _NRUN, _NDONE, _NB, _NEXT, _NQ, _PF_LEFT, _DEC_LEFT, _VERSION, _NA, _UPTO, _CODE, _ND, _NT,
  _NF, _NEV, _ERR_BATCH) = range(18)
