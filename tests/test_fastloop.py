@@ -9,7 +9,7 @@ from factories import make_workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from infermax import Limits, fastloop, simulate
+from infermax import Limits, Workload, fastloop, simulate
 from infermax.costmodel import LinearCostModel
 from infermax.engine import SchedulerStuckError
 from infermax.policy import Policy
@@ -223,3 +223,10 @@ def test_a_long_trace_runs_compiled_by_default(monkeypatch):
     got = simulate(w, "vllm", Limits(M=10**6, C=4096))
     assert calls
     assert_same_run(got, simulate(w, "vllm", Limits(M=10**6, C=4096), compiled=False))
+
+
+@pytest.mark.parametrize("name", COVERED)
+def test_the_compiled_loop_is_the_pure_path_on_a_real_trace(name):
+    # the Splitwise conversation trace's first 150 requests at 4x their rate, in a KV cache that runs short
+    w = Workload.from_spec("trace:splitwise_conv,n=150,time_scale=0.25")
+    assert_same_run(*_both(w, name, Limits(M=16_000, C=16_384)))
