@@ -182,9 +182,12 @@ def _write_back(state: Any, sc: np.ndarray, fs: np.ndarray) -> None:
 
 # --- the compiled side ---------------------------------------------------------------------------------------
 def _kernel():
-    """The compiled loop: numba imported and the functions compiled, or loaded from numba's cache, on first use."""
-    from . import fastloop_kernel
-    return fastloop_kernel.loop
+    """The compiled loop: numba imported and the functions compiled, or loaded from numba's cache, on first use
+    (compiled again when the cached code holds other layout constants than the ones imported now)."""
+    from . import fastloop_kernel as k
+    if k.layout_key() != k.LAYOUT_KEY:
+        k.flush_cache()
+    return k.loop
 
 
 __all__ = ["EVICTED_NONE", "FINISHED", "LoopSpec", "MIN_OUTPUT_TOKENS", "STUCK", "run", "spec_for"]

@@ -2,10 +2,18 @@
 groups, CanAllocate and GotoNextGroupOrEvict (:mod:`infermax.schedulers.framework`), ``ServingState.apply``
 (:mod:`infermax.state_transitions`) and the linear cost model's batch time
 (:meth:`~infermax.costmodel.LinearCostModel.work_timer`), each a line-for-line twin of the pure function it names,
-over the state's arrays. Module-level functions, so that numba's on-disk cache holds them across processes."""
+over the state's arrays. Module-level functions, so that numba's on-disk cache holds them across processes.
+
+numba's cache is keyed on this file alone, and the constants these functions read from
+:mod:`infermax.fastloop_layout` and :mod:`infermax.status` are compiled in: :func:`layout_key` returns the
+key of the constants it was compiled with, and :func:`infermax.fastloop.run` flushes the cache when it is not
+:data:`LAYOUT_KEY`, the key of the constants imported now."""
+import zlib
+
 import numpy as np
 from numba import njit
 
+from . import fastloop_layout, status
 from .fastloop_layout import (
     _BC,
     _BLK_USED,
@@ -66,6 +74,34 @@ from .fastloop_layout import (
 from .status import DONE, RUNNING, WAITING
 
 jit = njit(cache=True, nogil=True)
+
+
+def _constants_key() -> int:
+    """A checksum of every integer constant of the layout and the statuses (stable across processes)."""
+    items = sorted((mod.__name__, k, v) for mod in (fastloop_layout, status) for k, v in vars(mod).items()
+                   if type(v) is int)
+    return zlib.crc32(repr(items).encode())
+
+
+LAYOUT_KEY = _constants_key()
+
+
+@jit
+def layout_key():
+    """:data:`LAYOUT_KEY` as it was when this module was compiled (numba compiles a global's value in)."""
+    return LAYOUT_KEY
+
+
+def dispatchers() -> dict:
+    """The compiled functions of this module, by name."""
+    from numba.core.registry import CPUDispatcher
+    return {name: f for name, f in globals().items() if isinstance(f, CPUDispatcher)}
+
+
+def flush_cache() -> None:
+    """Drop numba's cached code of every function here: the next call compiles them again."""
+    for f in dispatchers().values():
+        f._cache.flush()      # (numba's FunctionCache: its index and its code files)
 
 
 @jit

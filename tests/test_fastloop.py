@@ -230,3 +230,15 @@ def test_the_compiled_loop_is_the_pure_path_on_a_real_trace(name):
     # the Splitwise conversation trace's first 150 requests at 4x their rate, in a KV cache that runs short
     w = Workload.from_spec("trace:splitwise_conv,n=150,time_scale=0.25")
     assert_same_run(*_both(w, name, Limits(M=16_000, C=16_384)))
+
+
+def test_cached_code_of_other_layout_constants_is_compiled_again(monkeypatch):
+    from infermax import fastloop_kernel as k
+    fastloop._kernel()
+    assert k.layout_key() == k.LAYOUT_KEY       # (the code in use was compiled with the constants imported now)
+    assert {"loop", "plan", "fill", "apply", "time_of", "layout_key"} <= set(k.dispatchers())
+    flushed = []
+    monkeypatch.setattr(k, "flush_cache", lambda: flushed.append(1))
+    monkeypatch.setattr(k, "LAYOUT_KEY", k.LAYOUT_KEY + 1)     # as after an edit of fastloop_layout alone
+    fastloop._kernel()
+    assert flushed
