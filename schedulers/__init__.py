@@ -25,7 +25,8 @@ from . import (  # noqa: F401  (registration)  # noqa: F401  (Vidur's replica sc
                wait,
 )
 from .base import Plan, Scheduler
-from .framework import GetNextBatch, register_family
+from .framework import GetNextBatch
+from .presets import register_family
 from .registry import available, describe_all, get_scheduler, register_scheduler, split_specs
 
 __all__ = ["GetNextBatch", "Plan", "Policy", "RequestView", "Scheduler", "available", "describe_all",

@@ -6,7 +6,7 @@ batching and chunked prefill (P=C); a candidate that cannot be allocated is
 skipped so that lower-ranked requests can still fill the batch, and a decode
 short of KV evicts lower-ranked running requests.
 """
-from .framework import register_family
+from .presets import register_family
 
 for _name, _key, _what in (("rank-org", "arrival", "arrival order"),
                            ("rank-i", "input", "shortest input first"),

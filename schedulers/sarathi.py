@@ -8,7 +8,7 @@ chunked prefill (sarathi-nohy). Sarathi-real: Sarathi as deployed (and as Vidur
 simulates it): a token budget of 512 per batch that decodes count against too,
 KV in blocks of 16 tokens and a 1 % admission watermark.
 """
-from .framework import register_family, register_preset
+from .presets import register_family, register_preset
 
 register_family("sarathi", "Sarathi: decode priority, hybrid batching, chunked prefill, P=512",
                 priority="decode", hybrid=True, chunked_prefill=True, P=512)

@@ -7,7 +7,7 @@ vLLM-hy: the same with hybrid batching (decodes may join a prefill batch).
 vLLM-real: vLLM as deployed (and as Vidur simulates it): KV in blocks of 16
 tokens and a 1 % admission watermark for first fills and refills.
 """
-from .framework import register_family, register_preset
+from .presets import register_family, register_preset
 
 register_family("vllm", "vLLM: prefill priority, no hybrid batching, no chunked prefill, P=C",
                 priority="prefill", hybrid=False, chunked_prefill=False)
