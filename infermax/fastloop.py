@@ -22,31 +22,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .fastloop_layout import (
-    _BLK_USED,
-    _BROKEN,
-    _CODE,
-    _DEC_LEFT,
-    _ERR_BATCH,
-    _KV,
-    _NB,
-    _ND,
-    _NDONE,
-    _NEV,
-    _NEXT,
-    _NF,
-    _NQ,
-    _NRUN,
-    _NT,
-    _NUM_SC,
-    _PF_LEFT,
-    _VERSION,
-    EVICTED_NONE,
-    FINISHED,
-    FULL,
-    STUCK,
-    LoopSpec,
-)
+from . import fastloop_layout as L
+from .fastloop_layout import EVICTED_NONE, FINISHED, STUCK, LoopSpec
 from .schedule import Batch
 
 #: a run smaller than this (Σ output tokens) stays on the pure path, which costs less than loading the loop
@@ -115,8 +92,8 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
     la = np.array([float(a) for a, _ in lines])
     lb = np.array([float(b) for _, b in lines])
     co = np.array([d_bias, d_kv, p_bias, p_attn, p_tok, req], dtype=np.float64)
-    sc = np.zeros(_NUM_SC, dtype=np.int64)
-    sc[[_KV, _BLK_USED, _NRUN, _NDONE, _NB, _NEXT, _NQ, _PF_LEFT, _DEC_LEFT, _VERSION]] = (
+    sc = np.zeros(L.NUM_SC, dtype=np.int64)
+    sc[[L.KV, L.BLK_USED, L.NRUN, L.NDONE, L.NB, L.NEXT, L.NQ, L.PF_LEFT, L.DEC_LEFT, L.VERSION]] = (
         state.kv_used, state.blocks_used, state.num_running, state.num_done, state.num_batches,
         state._next_arrival, state._num_queued, state.prefill_tokens_left, state.decode_tokens_left, state.version)
     fs = np.array([state.clock_s, 0.0])
@@ -131,15 +108,15 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
                  buf.f_idx, buf.f_tok, buf.f_ev, buf.t_start, buf.t_dur, buf.t_rec)
             _emit(buf, sc, ids, out, recorder)
             if progress is not None:
-                progress(int(sc[_NDONE]), n)
-            code = int(sc[_CODE])
-            if code != FULL:
+                progress(int(sc[L.NDONE]), n)
+            code = int(sc[L.CODE])
+            if code != L.FULL:
                 break
     finally:
         _write_back(state, sc, fs)
-    if code in _BROKEN:     # (a bug of the loop: the pure path never plans such a batch)
-        raise RuntimeError(f"the compiled loop planned batch {int(sc[_ERR_BATCH])} breaking rule "
-                           f"{_BROKEN[code]}; simulate(..., compiled=False) runs the reference path")
+    if code in L.BROKEN:     # (a bug of the loop: the pure path never plans such a batch)
+        raise RuntimeError(f"the compiled loop planned batch {int(sc[L.ERR_BATCH])} breaking rule "
+                           f"{L.BROKEN[code]}; simulate(..., compiled=False) runs the reference path")
     return code
 
 
@@ -150,7 +127,7 @@ def _shift(b: int) -> int:
 
 def _emit(buf: _Buffers, sc: np.ndarray, ids: np.ndarray, out: Any, recorder: Any) -> None:
     """A chunk's batches to ``out`` and its records to ``recorder``."""
-    nd, nt, nf, nev = (int(x) for x in sc[[_ND, _NT, _NF, _NEV]])
+    nd, nt, nf, nev = (int(x) for x in sc[[L.ND, L.NT, L.NF, L.NEV]])
     if nt:
         recorder.add_columns(buf.t_start[:nt].copy(), buf.t_dur[:nt].copy(), buf.t_rec[:nt].copy())
     if not nd:
@@ -172,10 +149,10 @@ def _write_back(state: Any, sc: np.ndarray, fs: np.ndarray) -> None:
     """The state's scalars as the loop left them (its arrays were updated in place); every cache keyed on
     ``version`` is stale."""
     state.kv_used, state.blocks_used, state.num_running, state.num_done, state.num_batches = (
-        int(x) for x in sc[[_KV, _BLK_USED, _NRUN, _NDONE, _NB]])
-    state._next_arrival = int(sc[_NEXT])
-    state.prefill_tokens_left, state.decode_tokens_left = int(sc[_PF_LEFT]), int(sc[_DEC_LEFT])
-    state.version = int(sc[_VERSION]) + 1
+        int(x) for x in sc[[L.KV, L.BLK_USED, L.NRUN, L.NDONE, L.NB]])
+    state._next_arrival = int(sc[L.NEXT])
+    state.prefill_tokens_left, state.decode_tokens_left = int(sc[L.PF_LEFT]), int(sc[L.DEC_LEFT])
+    state.version = int(sc[L.VERSION]) + 1
     state.clock_s = float(fs[0])
     state._note_head()
 

@@ -13,64 +13,8 @@ import zlib
 import numpy as np
 from numba import njit
 
-from . import fastloop_layout, status
-from .fastloop_layout import (
-    _BC,
-    _BLK_USED,
-    _BLOCKS,
-    _BMEM,
-    _BNE,
-    _BP,
-    _BPHASE,
-    _BPN,
-    _BRUN,
-    _BS,
-    _C,
-    _CHUNKED,
-    _CODE,
-    _DEC,
-    _DEC_LEFT,
-    _DECODE,
-    _ERR_BATCH,
-    _HYBRID,
-    _KV,
-    _LIM_BLOCKS,
-    _LIM_C,
-    _LIM_M,
-    _LIM_P,
-    _LIM_RUN,
-    _NA,
-    _NB,
-    _ND,
-    _NDONE,
-    _NEV,
-    _NEXT,
-    _NF,
-    _NO_PHASE,
-    _NQ,
-    _NRUN,
-    _NT,
-    _P,
-    _PF,
-    _PF_LEFT,
-    _PREFILL,
-    _PREFILL_FIRST,
-    _R,
-    _SHIFT,
-    _UPTO,
-    _VERSION,
-    _WAIT,
-    _WM,
-    BROKE_BLOCKS,
-    BROKE_C,
-    BROKE_M,
-    BROKE_P,
-    BROKE_RUN,
-    EVICTED_NONE,
-    FINISHED,
-    FULL,
-    STUCK,
-)
+from . import fastloop_layout as L
+from . import status
 from .status import DONE, RUNNING, WAITING
 
 jit = njit(cache=True, nogil=True)
@@ -78,7 +22,7 @@ jit = njit(cache=True, nogil=True)
 
 def _constants_key() -> int:
     """A checksum of every integer constant of the layout and the statuses (stable across processes)."""
-    items = sorted((mod.__name__, k, v) for mod in (fastloop_layout, status) for k, v in vars(mod).items()
+    items = sorted((mod.__name__, k, v) for mod in (L, status) for k, v in vars(mod).items()
                    if type(v) is int)
     return zlib.crc32(repr(items).encode())
 
@@ -135,30 +79,30 @@ def time_of(la, lb, co, n, ntok, ndec, dkv, work2, ptok):
 @jit
 def admit(status, admit_s, order, sc, clock):
     """ServingState.admit_arrivals."""
-    k, nq = sc[_NEXT], sc[_NQ]
+    k, nq = sc[L.NEXT], sc[L.NQ]
     k0 = k
     while k < nq and admit_s[order[k]] <= clock:
         status[order[k]] = WAITING
         k += 1
     if k != k0:
-        sc[_NEXT] = k
-        sc[_VERSION] += 1
+        sc[L.NEXT] = k
+        sc[L.VERSION] += 1
 
 @jit
 def rebuild(status, order, act, rl, wl, rpos, sc):
     """The active requests (arrival order), the running and the waiting ones among them: GetNextBatch._sets."""
-    na, w = sc[_NA], 0
+    na, w = sc[L.NA], 0
     for q in range(na):
         i = act[q]
         if status[i] != DONE:
             act[w] = i
             w += 1
-    for k in range(sc[_UPTO], sc[_NEXT]):
+    for k in range(sc[L.UPTO], sc[L.NEXT]):
         i = order[k]
         if status[i] != DONE:
             act[w] = i
             w += 1
-    sc[_NA], sc[_UPTO] = w, sc[_NEXT]
+    sc[L.NA], sc[L.UPTO] = w, sc[L.NEXT]
     nr = nw = 0
     for q in range(w):
         i = act[q]
@@ -173,12 +117,12 @@ def rebuild(status, order, act, rl, wl, rpos, sc):
 
 @jit
 def take(bud, p_idx, p_tok, stamp, j, x, c, phase):
-    p_idx[bud[_BPN]] = x
-    p_tok[bud[_BPN]] = c
-    bud[_BPN] += 1
+    p_idx[bud[L.BPN]] = x
+    p_tok[bud[L.BPN]] = c
+    bud[L.BPN] += 1
     stamp[x] = j
-    if bud[_BPHASE] == _NO_PHASE:
-        bud[_BPHASE] = phase
+    if bud[L.BPHASE] == L.NO_PHASE:
+        bud[L.BPHASE] = phase
 
 @jit
 def compact(cand, lo, hi, stamp, j):
@@ -194,8 +138,8 @@ def compact(cand, lo, hi, stamp, j):
 def evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev):
     """GetNextBatch._evict_for: evict the lowest-priority running requests after ``x`` (not in the batch)
     until its ``need`` blocks fit (True), else them and ``x`` (False)."""
-    bs, sh = cfg[_BS], cfg[_SHIFT]
-    short = need - bud[_BMEM]
+    bs, sh = cfg[L.BS], cfg[L.SHIFT]
+    short = need - bud[L.BMEM]
     total, found, q = 0, -1, nr - 1
     while q > rpos[x]:
         v = rl[q]
@@ -210,18 +154,18 @@ def evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev):
     for q in range(nr - 1, lo - 1, -1):
         v = rl[q]
         if stamp[v] != j:
-            p_ev[bud[_BNE]] = v
-            bud[_BNE] += 1
+            p_ev[bud[L.BNE]] = v
+            bud[L.BNE] += 1
             stamp[v] = j
             count += 1
     if found < 0:
-        p_ev[bud[_BNE]] = x
-        bud[_BNE] += 1
+        p_ev[bud[L.BNE]] = x
+        bud[L.BNE] += 1
         stamp[x] = j
         count += 1
         total += blk(max(m[x], inp[x]), bs, sh)
-    bud[_BMEM] += total
-    bud[_BRUN] += count
+    bud[L.BMEM] += total
+    bud[L.BRUN] += count
     return found >= 0
 
 @jit
@@ -229,15 +173,15 @@ def evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev):
 def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
     """GetNextBatch._admit_fills (and _admit_waiting): how many of cand[lo:hi] take whole (re)fills, and
     their tokens and blocks."""
-    bs, wm, blocks = cfg[_BS], cfg[_WM], cfg[_BLOCKS]
-    sh = cfg[_SHIFT]
-    mem = bud[_BMEM]
+    bs, wm, blocks = cfg[L.BS], cfg[L.WM], cfg[L.BLOCKS]
+    sh = cfg[L.SHIFT]
+    mem = bud[L.BMEM]
     x = cand[lo]
     head = inp[x] if waiting else inp[x] - m[x]
-    cap = min(bud[_BC], bud[_BP])
+    cap = min(bud[L.BC], bud[L.BP])
     head_mem = blk(head, bs, sh) if waiting else 0
     room = mem - wm if mem < blocks else mem
-    if head > cap or (waiting and (bud[_BRUN] < 1 or head_mem > room)):
+    if head > cap or (waiting and (bud[L.BRUN] < 1 or head_mem > room)):
         return 0, 0, 0
     k, ctok, cmem = 1, head, head_mem
     for q in range(lo + 1, hi):
@@ -246,7 +190,7 @@ def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
         if ctok + t > cap:
             break
         if waiting:
-            if k + 1 > bud[_BRUN]:
+            if k + 1 > bud[L.BRUN]:
                 break
             own = blk(t, bs, sh)
             cm = cmem + own
@@ -262,12 +206,12 @@ def admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting):
 def admit_decodes(m, cfg, bud, cand, lo, hi):
     """GetNextBatch._admit_decodes: how many of the decodes cand[lo:hi] fit (C, a new block each that fills
     its last one), and the blocks they take."""
-    bs, sh = cfg[_BS], cfg[_SHIFT]
+    bs, sh = cfg[L.BS], cfg[L.SHIFT]
     if bs == 1:
-        k = max(0, min(hi - lo, bud[_BC], bud[_BMEM]))
+        k = max(0, min(hi - lo, bud[L.BC], bud[L.BMEM]))
         return k, k
-    end = lo + min(hi - lo, bud[_BC])
-    mem, used, k = bud[_BMEM], 0, 0
+    end = lo + min(hi - lo, bud[L.BC])
+    mem, used, k = bud[L.BMEM], 0, 0
     for q in range(lo, end):
         x = cand[q]
         new = blk(m[x] + 1, bs, sh) - blk(m[x], bs, sh)
@@ -281,37 +225,37 @@ def admit_decodes(m, cfg, bud, cand, lo, hi):
 # complexity: GetNextBatch._fill with its hooks 2-4 inline (_admit_*, _goto_next_or_evict), as the pure one
 def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_tok, p_ev):
     """GetNextBatch._fill over the group cand[lo:hi] of kind ``kind``: hooks 2-4."""
-    bs, wm, blocks = cfg[_BS], cfg[_WM], cfg[_BLOCKS]
-    sh = cfg[_SHIFT]
-    group_phase = _DECODE if kind == _DEC else _PREFILL
-    while lo < hi and bud[_BC] > 0:
-        if not cfg[_HYBRID] and bud[_BPHASE] != _NO_PHASE and bud[_BPHASE] != group_phase:
+    bs, wm, blocks = cfg[L.BS], cfg[L.WM], cfg[L.BLOCKS]
+    sh = cfg[L.SHIFT]
+    group_phase = L.DECODE if kind == L.DEC else L.PREFILL
+    while lo < hi and bud[L.BC] > 0:
+        if not cfg[L.HYBRID] and bud[L.BPHASE] != L.NO_PHASE and bud[L.BPHASE] != group_phase:
             return
-        if kind == _DEC:
+        if kind == L.DEC:
             k, used = admit_decodes(m, cfg, bud, cand, lo, hi)
             for q in range(lo, lo + k):
-                take(bud, p_idx, p_tok, stamp, j, cand[q], 1, _DECODE)
-            bud[_BC] -= k
-            bud[_BMEM] -= used
+                take(bud, p_idx, p_tok, stamp, j, cand[q], 1, L.DECODE)
+            bud[L.BC] -= k
+            bud[L.BMEM] -= used
         else:
-            waiting = kind == _WAIT
+            waiting = kind == L.WAIT
             k, ctok, cmem = admit_fills(m, inp, cfg, bud, cand, lo, hi, waiting)
             for q in range(lo, lo + k):
                 x = cand[q]
-                take(bud, p_idx, p_tok, stamp, j, x, inp[x] if waiting else inp[x] - m[x], _PREFILL)
-            bud[_BC] -= ctok
-            bud[_BP] -= ctok
+                take(bud, p_idx, p_tok, stamp, j, x, inp[x] if waiting else inp[x] - m[x], L.PREFILL)
+            bud[L.BC] -= ctok
+            bud[L.BP] -= ctok
             if waiting:
-                bud[_BMEM] -= cmem
-                bud[_BRUN] -= k
-        if lo + k == hi or bud[_BC] == 0:
+                bud[L.BMEM] -= cmem
+                bud[L.BRUN] -= k
+        if lo + k == hi or bud[L.BC] == 0:
             return
         x = cand[lo + k]
         lo += k + 1
         # hook 4, GotoNextGroupOrEvict, for x
         if m[x] >= inp[x]:
             need = blk(m[x] + 1, bs, sh) - blk(m[x], bs, sh)
-            if need > bud[_BMEM]:
+            if need > bud[L.BMEM]:
                 kept = evict_for(m, inp, cfg, bud, stamp, j, x, need, rl, nr, rpos, p_ev)
                 hi = compact(cand, lo, hi, stamp, j)
                 if kept:
@@ -321,15 +265,15 @@ def fill(m, inp, cfg, bud, stamp, j, cand, lo, hi, kind, rl, nr, rpos, p_idx, p_
             return
         new = m[x] == 0
         need = blk(inp[x], bs, sh) if new else 0
-        room = bud[_BMEM] - wm if new and bud[_BMEM] < blocks else bud[_BMEM]
-        if cfg[_CHUNKED] and need <= room and int(new) <= bud[_BRUN]:
-            chunk = min(inp[x] - m[x], bud[_BC], bud[_BP])
+        room = bud[L.BMEM] - wm if new and bud[L.BMEM] < blocks else bud[L.BMEM]
+        if cfg[L.CHUNKED] and need <= room and int(new) <= bud[L.BRUN]:
+            chunk = min(inp[x] - m[x], bud[L.BC], bud[L.BP])
             if chunk >= 1:
-                take(bud, p_idx, p_tok, stamp, j, x, chunk, _PREFILL)
-                bud[_BC] -= chunk
-                bud[_BP] -= chunk
-                bud[_BMEM] -= need
-                bud[_BRUN] -= int(new)
+                take(bud, p_idx, p_tok, stamp, j, x, chunk, L.PREFILL)
+                bud[L.BC] -= chunk
+                bud[L.BP] -= chunk
+                bud[L.BMEM] -= need
+                bud[L.BRUN] -= int(new)
         return
 
 @jit
@@ -338,23 +282,23 @@ def plan(m, inp, cfg, bud, stamp, j, rl, nr, wl, nw, rpos, cand, p_idx, p_tok, p
     """GetNextBatch.next_batch: the batch's requests and tokens (p_idx, p_tok) and evictions (p_ev). Its
     groups are copied into ``cand`` (fill rewrites its candidates): the running requests at [0, nr), the
     waiting ones after them."""
-    bs, sh = cfg[_BS], cfg[_SHIFT]
+    bs, sh = cfg[L.BS], cfg[L.SHIFT]
     reserved = 0
     for q in range(nr):
         reserved += blk(max(m[rl[q]], inp[rl[q]]), bs, sh)
-    bud[_BC], bud[_BP], bud[_BMEM], bud[_BRUN] = cfg[_C], cfg[_P], cfg[_BLOCKS] - reserved, cfg[_R] - nr
-    bud[_BPHASE] = bud[_BPN] = bud[_BNE] = 0
+    bud[L.BC], bud[L.BP], bud[L.BMEM], bud[L.BRUN] = cfg[L.C], cfg[L.P], cfg[L.BLOCKS] - reserved, cfg[L.R] - nr
+    bud[L.BPHASE] = bud[L.BPN] = bud[L.BNE] = 0
     for q in range(nw):
         cand[nr + q] = wl[q]
-    if cfg[_PREFILL_FIRST]:     # the waiting requests, then the running ones (all decoding)
+    if cfg[L.PREFILL_FIRST]:     # the waiting requests, then the running ones (all decoding)
         if nw:
-            fill(m, inp, cfg, bud, stamp, j, cand, nr, nr + nw, _WAIT, rl, nr, rpos, p_idx, p_tok, p_ev)
-        if bud[_BC] == 0 or not nr:
+            fill(m, inp, cfg, bud, stamp, j, cand, nr, nr + nw, L.WAIT, rl, nr, rpos, p_idx, p_tok, p_ev)
+        if bud[L.BC] == 0 or not nr:
             return
         for q in range(nr):
             cand[q] = rl[q]
-        hi = compact(cand, 0, nr, stamp, j) if bud[_BNE] else nr
-        fill(m, inp, cfg, bud, stamp, j, cand, 0, hi, _DEC, rl, nr, rpos, p_idx, p_tok, p_ev)
+        hi = compact(cand, 0, nr, stamp, j) if bud[L.BNE] else nr
+        fill(m, inp, cfg, bud, stamp, j, cand, 0, hi, L.DEC, rl, nr, rpos, p_idx, p_tok, p_ev)
         return
     # the running decodes, the running (re)fills, the waiting requests
     nd = 0
@@ -368,16 +312,16 @@ def plan(m, inp, cfg, bud, stamp, j, rl, nr, wl, nw, rpos, cand, p_idx, p_tok, p
             cand[npf] = rl[q]
             npf += 1
     if nd:
-        fill(m, inp, cfg, bud, stamp, j, cand, 0, nd, _DEC, rl, nr, rpos, p_idx, p_tok, p_ev)
-    if bud[_BC] == 0:
+        fill(m, inp, cfg, bud, stamp, j, cand, 0, nd, L.DEC, rl, nr, rpos, p_idx, p_tok, p_ev)
+    if bud[L.BC] == 0:
         return
     if nr > nd:
-        hi = compact(cand, nd, nr, stamp, j) if bud[_BNE] else nr
-        fill(m, inp, cfg, bud, stamp, j, cand, nd, hi, _PF, rl, nr, rpos, p_idx, p_tok, p_ev)
-    if bud[_BC] == 0 or not nw:
+        hi = compact(cand, nd, nr, stamp, j) if bud[L.BNE] else nr
+        fill(m, inp, cfg, bud, stamp, j, cand, nd, hi, L.PF, rl, nr, rpos, p_idx, p_tok, p_ev)
+    if bud[L.BC] == 0 or not nw:
         return
-    hi = compact(cand, nr, nr + nw, stamp, j) if bud[_BNE] else nr + nw
-    fill(m, inp, cfg, bud, stamp, j, cand, nr, hi, _WAIT, rl, nr, rpos, p_idx, p_tok, p_ev)
+    hi = compact(cand, nr, nr + nw, stamp, j) if bud[L.BNE] else nr + nw
+    fill(m, inp, cfg, bud, stamp, j, cand, nr, hi, L.WAIT, rl, nr, rpos, p_idx, p_tok, p_ev)
 
 @jit
 # complexity: ServingState.apply's five steps inline, in one compiled function (its twin, step by step)
@@ -385,10 +329,10 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
           la, lb, co, cfg, sc, fs, bud, p_idx, p_tok, p_ev, rec):
     """ServingState.apply of the planned batch; its (start, duration), its record in rec. The code of a
     broken rule, or 0."""
-    bs, sh = cfg[_BS], cfg[_SHIFT]
-    j = sc[_NB]
+    bs, sh = cfg[L.BS], cfg[L.SHIFT]
+    j = sc[L.NB]
     start = max(fs[0], fs[1])
-    ne, n = bud[_BNE], bud[_BPN]
+    ne, n = bud[L.BNE], bud[L.BPN]
     for q in range(ne):      # 1. evictions
         e = p_ev[q]
         me = m[e]
@@ -399,13 +343,13 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
         status[e] = WAITING
         n_ev[e] += 1
         refill[e] += me
-        sc[_KV] -= me
-        sc[_PF_LEFT] += me + int(dec)
+        sc[L.KV] -= me
+        sc[L.PF_LEFT] += me + int(dec)
         if bs > 1:
-            sc[_BLK_USED] -= blk(me, bs, sh)
-        sc[_NRUN] -= 1
+            sc[L.BLK_USED] -= blk(me, bs, sh)
+        sc[L.NRUN] -= 1
     if ne:
-        sc[_VERSION] += 1
+        sc[L.VERSION] += 1
     ntok = ndec = dkv = work2 = ptok = new_blocks = num_new = 0
     for q in range(n):       # 2. who runs, and how many tokens
         i, c = p_idx[q], p_tok[q]
@@ -425,23 +369,23 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
         if bs > 1:
             new_blocks += blk(m0 + c, bs, sh) - blk(m0, bs, sh)
     if num_new:
-        sc[_VERSION] += 1
-    kv, running = sc[_KV] + ntok, sc[_NRUN] + num_new      # 3. limits
-    blocks = sc[_BLK_USED] + new_blocks if bs > 1 else 0
-    if ntok > cfg[_LIM_C]:
-        return 0.0, 0.0, BROKE_C
-    if ptok > cfg[_LIM_P]:
-        return 0.0, 0.0, BROKE_P
-    if kv > cfg[_LIM_M]:
-        return 0.0, 0.0, BROKE_M
-    if blocks > cfg[_LIM_BLOCKS]:
-        return 0.0, 0.0, BROKE_BLOCKS
-    if running > cfg[_LIM_RUN]:
-        return 0.0, 0.0, BROKE_RUN
+        sc[L.VERSION] += 1
+    kv, running = sc[L.KV] + ntok, sc[L.NRUN] + num_new      # 3. limits
+    blocks = sc[L.BLK_USED] + new_blocks if bs > 1 else 0
+    if ntok > cfg[L.LIM_C]:
+        return 0.0, 0.0, L.BROKE_C
+    if ptok > cfg[L.LIM_P]:
+        return 0.0, 0.0, L.BROKE_P
+    if kv > cfg[L.LIM_M]:
+        return 0.0, 0.0, L.BROKE_M
+    if blocks > cfg[L.LIM_BLOCKS]:
+        return 0.0, 0.0, L.BROKE_BLOCKS
+    if running > cfg[L.LIM_RUN]:
+        return 0.0, 0.0, L.BROKE_RUN
     duration = time_of(la, lb, co, n, ntok, ndec, dkv, work2, ptok)     # 4. time
     end = start + duration
-    sc[_KV], sc[_BLK_USED], sc[_NRUN] = kv, blocks, running          # 5. commit
-    sc[_PF_LEFT] -= ptok
+    sc[L.KV], sc[L.BLK_USED], sc[L.NRUN] = kv, blocks, running          # 5. commit
+    sc[L.PF_LEFT] -= ptok
     done = 0
     for q in range(n):
         i, c = p_idx[q], p_tok[q]
@@ -455,22 +399,22 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
             gen[i] = g
             if g == 1:
                 first_tok[i] = end
-            sc[_DEC_LEFT] -= 1
+            sc[L.DEC_LEFT] -= 1
             if g == out_len[i]:
                 compl[i] = end
-                sc[_KV] -= m1
+                sc[L.KV] -= m1
                 if bs > 1:
-                    sc[_BLK_USED] -= blk(m1, bs, sh)
+                    sc[L.BLK_USED] -= blk(m1, bs, sh)
                 m[i] = 0
                 status[i] = DONE
-                sc[_NRUN] -= 1
+                sc[L.NRUN] -= 1
                 done += 1
         last_b[i] = j
     if done:
-        sc[_NDONE] += done
-        sc[_VERSION] += 1
+        sc[L.NDONE] += done
+        sc[L.VERSION] += 1
     fs[0] = end
-    sc[_NB] = j + 1
+    sc[L.NB] = j + 1
     rec[0], rec[1], rec[2], rec[3], rec[4], rec[5], rec[6] = n, ntok, ptok, ndec, kv, running, ne
     return start, duration, 0
 
@@ -479,45 +423,45 @@ def apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev, ref
 def loop(m, inp, gen, status, out_len, admit_s, order, first_sched, first_tok, compl, n_ev, refill, n_susp,
          last_b, act, rl, wl, rpos, stamp, cand, p_idx, p_tok, p_ev, la, lb, co, cfg, sc, fs,
          b_off, b_n, b_evoff, b_nev, b_rep, b_nb, f_idx, f_tok, f_ev, t_start, t_dur, t_rec):
-    """The simulator's loop (engine._run) for a chunk of batches: until every request is done (FINISHED),
-    the chunk's arrays are full (FULL), or no batch can run (STUCK, EVICTED_NONE)."""
+    """The simulator's loop (engine._run) for a chunk of batches: until every request is done (L.FINISHED),
+    the chunk's arrays are full (L.FULL), or no batch can run (L.STUCK, L.EVICTED_NONE)."""
     n_all = m.size
     bud = np.zeros(7, dtype=np.int64)
     nd = nt = nf = nev = 0
     version = -1
     nr = nw = 0
     pure_prev = False        # the last distinct batch is a decode batch (may repeat)
-    code = FULL
+    code = L.FULL
     while True:
-        if sc[_NDONE] == n_all:
-            code = FINISHED
+        if sc[L.NDONE] == n_all:
+            code = L.FINISHED
             break
         if nt == t_start.size or nd == b_off.size or nf + n_all > f_idx.size or nev + n_all > f_ev.size:
             break
-        if sc[_VERSION] != version:
+        if sc[L.VERSION] != version:
             nr, nw = rebuild(status, order, act, rl, wl, rpos, sc)
-            version = sc[_VERSION]
-        j = sc[_NB]
+            version = sc[L.VERSION]
+        j = sc[L.NB]
         plan(m, inp, cfg, bud, stamp, j, rl, nr, wl, nw, rpos, cand, p_idx, p_tok, p_ev)
-        if bud[_BPN] == 0:
-            if bud[_BNE]:
-                code = EVICTED_NONE
+        if bud[L.BPN] == 0:
+            if bud[L.BNE]:
+                code = L.EVICTED_NONE
                 break
-            if sc[_NEXT] >= sc[_NQ]:
-                code = STUCK
+            if sc[L.NEXT] >= sc[L.NQ]:
+                code = L.STUCK
                 break
-            nxt = admit_s[order[sc[_NEXT]]]      # idle until the next arrival
+            nxt = admit_s[order[sc[L.NEXT]]]      # idle until the next arrival
             fs[0] = max(fs[0], nxt)
             admit(status, admit_s, order, sc, fs[0])
             fs[1] = nxt
             continue
-        n, ne = bud[_BPN], bud[_BNE]
+        n, ne = bud[L.BPN], bud[L.BNE]
         rec = t_rec[nt]
         start, duration, broke = apply(m, inp, gen, status, out_len, first_sched, first_tok, compl, n_ev,
                                        refill, n_susp, last_b, la, lb, co, cfg, sc, fs, bud, p_idx, p_tok,
                                        p_ev, rec)
         if broke:
-            sc[_ERR_BATCH] = j
+            sc[L.ERR_BATCH] = j
             code = broke
             break
         t_start[nt], t_dur[nt] = start, duration
@@ -546,8 +490,8 @@ def loop(m, inp, gen, status, out_len, admit_s, order, first_sched, first_tok, c
             nd += 1
             pure_prev = pure
         fs[1] = 0.0
-        if sc[_NEXT] < sc[_NQ]:
+        if sc[L.NEXT] < sc[L.NQ]:
             admit(status, admit_s, order, sc, fs[0])
-    sc[_CODE], sc[_ND], sc[_NT], sc[_NF], sc[_NEV] = code, nd, nt, nf, nev
+    sc[L.CODE], sc[L.ND], sc[L.NT], sc[L.NF], sc[L.NEV] = code, nd, nt, nf, nev
     return code
 
