@@ -44,6 +44,9 @@ def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
     if (state._dispatched or state.external_kv or state.hands_off or state.serves is not None
             or state.horizon_s is not None or state.num_batches or state._received):
         return None
+    lim = state.limits
+    if lim.C * (2 * lim.M + lim.C + 1) >= 1 << 62:
+        return None     # a batch's Σ c (2m + c + 1) might not fit the loop's int64 (the pure path's are exact)
     if compiled is None and int(state.output_lens.sum()) < MIN_OUTPUT_TOKENS:
         return None
     if importlib.util.find_spec("numba") is None:

@@ -242,3 +242,10 @@ def test_cached_code_of_other_layout_constants_is_compiled_again(monkeypatch):
     monkeypatch.setattr(k, "LAYOUT_KEY", k.LAYOUT_KEY + 1)     # as after an edit of fastloop_layout alone
     fastloop._kernel()
     assert flushed
+
+
+def test_limits_whose_sums_could_overflow_keep_the_pure_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fastloop, "run", lambda *a, **k: calls.append(a))
+    simulate(_instance(1, 10, True), "vllm", Limits(M=2**40, C=2**22), compiled=True)
+    assert not calls
