@@ -28,6 +28,7 @@ from infermax.state import ServingState
 
 from .base import Plan, Scheduler
 from .longctx import _NO_IDX, BatchDraft, SumsDraft, phases, work_timer
+from .medha_compiled import batcher
 from .registry import register_scheduler
 
 
@@ -71,6 +72,7 @@ class Medha(Scheduler):
             self._deadline_l = (state.arrivals_s + self._ttft).tolist()
             self._ttft_l, self._arrival_l = self._ttft.tolist(), state.arrivals_s.tolist()
             self._pred_ml, self._pred_il, self._pred_sl = [-1] * len(w), [-1] * len(w), [0.0] * len(w)
+        self._compiled = batcher(self, state)   # (None: plan in Python)
 
     def slack(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """Relative slack (Eq. 7) of each request in ``idx``."""
@@ -117,6 +119,8 @@ class Medha(Scheduler):
 
     # complexity: Medha's batch rule in order: decodes, slack-ordered prefills, shares, chunk sizes
     def next_batch(self, state: ServingState) -> Plan:
+        if self._compiled is not None:
+            return self._compiled(state)
         running, dec, cand = phases(state)
         draft = (BatchDraft(state, self._R, running) if self._timer is None
                  else SumsDraft(state, self._R, running, self._timer))

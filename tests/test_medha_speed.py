@@ -6,6 +6,8 @@ the candidates with ``sorted``; ``INFERMAX_PURE=1`` selects the reference: :clas
 slack and ``np.lexsort`` on arrays, every probe through ``batch_time``. Both must give the same schedule and
 trace, on online mixes of long and short prompts with and without SLOs, KV blocks and tight R_max.
 """
+import importlib.util
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -47,27 +49,38 @@ def _mix(seed: int, n: int, slos: bool, ties: bool) -> Workload:
     return Workload(requests=tuple(reqs), name="mix")
 
 
-def _same_as_reference(w: Workload, sched: str, lim: Limits, cost: LinearCostModel) -> None:
-    fast = simulate(w, sched, lim, cost)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("INFERMAX_PURE", "1")
-        pure = simulate(w, sched, lim, cost)
-    assert fast.schedule == pure.schedule
-    assert fast.trace == pure.trace
+def _same_as_reference(w: Workload, sched: str, lim: Limits, cost: LinearCostModel, read_only: bool = False) -> None:
+    """The sums path, the compiled one (``INFERMAX_COMPILED=1``, where numba is installed) and the reference
+    (``INFERMAX_PURE=1``) give one schedule and trace."""
+    runs = {}
+    for env in ("", "INFERMAX_COMPILED", "INFERMAX_PURE"):
+        if env == "INFERMAX_COMPILED" and importlib.util.find_spec("numba") is None:
+            continue
+        with pytest.MonkeyPatch.context() as mp:
+            if env:
+                mp.setenv(env, "1")
+            runs[env] = simulate(w, sched, lim, cost, read_only_state=read_only)
+    pure = runs.pop("INFERMAX_PURE")
+    for env, got in runs.items():
+        assert got.schedule == pure.schedule, env
+        assert got.trace == pure.trace, env
 
 
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 10**6), n=st.integers(1, 40), name=st.sampled_from(["medha", "medha-fcfs"]),
        model=st.sampled_from(_MODELS), target=st.sampled_from([0.01, 0.05, 0.2]),
        block=st.sampled_from([1, 16, 48]), r_max=st.sampled_from([2, 8, 128]), slos=st.booleans(),
-       ties=st.booleans(), share=st.sampled_from([0.0, 0.5, 1.0]))
-def test_medha_from_sums_is_medha_on_arrays(seed, n, name, model, target, block, r_max, slos, ties, share):
-    """Property: the fast path's schedule and trace are the reference's, on random mixes."""
+       ties=st.booleans(), share=st.sampled_from([0.0, 0.5, 1.0]), read_only=st.booleans())
+def test_medha_from_sums_is_medha_on_arrays(seed, n, name, model, target, block, r_max, slos, ties, share,
+                                            read_only):
+    """Property: the fast paths' schedule and trace are the reference's, on random mixes (the state read-only
+    or not: the compiled planner reads either)."""
     w = _mix(seed, n, slos, ties)
     peak = int(max(w.input_lens + w.output_lens))
     lim = Limits(M=(peak * 3 // block + 2) * block, C=10**7, P=int(np.random.default_rng(seed).choice([512, 4096])),
                  R_max=r_max, block_size=block)
-    _same_as_reference(w, f"{name}:target_batch_s={target},max_share={share},R_max={r_max}", lim, _model(model))
+    _same_as_reference(w, f"{name}:target_batch_s={target},max_share={share},R_max={r_max}", lim, _model(model),
+                       read_only)
 
 
 @pytest.mark.parametrize("target", [0.05, 0.2])
@@ -123,3 +136,21 @@ def test_the_ilrs_order_is_lexsorts(data, n):
     order, slack = sched._by_slack(state, cand)
     assert fast_order == order
     assert np.array_equal(fast_slack, slack, equal_nan=True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None, reason="numba is not installed")
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 14))
+def test_the_compiled_ilrs_order_is_lexsorts(data, n):
+    """The compiled planner's order (an insertion sort) is ``np.lexsort``'s over (slack, arrival), NaN and
+    infinite slacks, tied slacks and tied arrivals included."""
+    from infermax.schedulers.medha_kernel import ilrs_order
+    arrivals = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n)))
+    cand = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+    slack = np.array(data.draw(st.lists(st.sampled_from([-1.0, 0.0, -0.0, 0.25, float("nan"), float("inf"),
+                                                         float("-inf")]), min_size=n, max_size=n)))
+    order = np.lexsort((arrivals[cand], slack))
+    want_cand, want_slack = cand[order], slack[order]
+    ilrs_order(cand, slack, arrivals, n)
+    assert cand.tolist() == want_cand.tolist()
+    assert np.array_equal(slack, want_slack, equal_nan=True)
