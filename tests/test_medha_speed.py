@@ -154,3 +154,51 @@ def test_the_compiled_ilrs_order_is_lexsorts(data, n):
     ilrs_order(cand, slack, arrivals, n)
     assert cand.tolist() == want_cand.tolist()
     assert np.array_equal(slack, want_slack, equal_nan=True)
+
+
+_STATE_FIELDS = ("m", "inp", "gen", "status", "first_scheduled_s", "first_token_s", "completion_s", "num_suspensions",
+                 "_last_batch", "kv_used", "blocks_used", "num_running", "num_done", "num_batches", "clock_s",
+                 "prefill_tokens_left", "decode_tokens_left", "version")
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), n=st.integers(2, 10), block=st.sampled_from([1, 3, 16]), model=st.sampled_from(_MODELS))
+def test_a_batch_of_a_few_fills_is_applied_as_on_arrays(data, n, block, model):
+    """``ServingState.apply`` settles a batch of decodes and a few (re)fills in Python ints (``_FEW_FILLS``): the
+    same state, record and time as the array operations (``_FEW_FILLS = 0``), batch after batch, and the same
+    error for a batch that breaks a rule (a decode of 2 tokens, a chunk past its input); with evictions before
+    some batches (refills, of requests that have generated tokens already)."""
+    from infermax import ScheduleError
+    from infermax import state_transitions as T
+    from infermax.state import DONE, RUNNING, ServingState
+    ins = data.draw(st.lists(st.integers(1, 3_000), min_size=n, max_size=n))
+    outs = data.draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
+    w = Workload.from_lengths(ins, outs)
+    lim = Limits(M=10**7, C=10**7, block_size=block)
+    fast, ref = ServingState(w, lim, _model(model)), ServingState(w, lim, _model(model))
+    for _ in range(data.draw(st.integers(1, 12))):
+        live = [i for i in range(n) if fast.status[i] != DONE]
+        if not live:
+            break
+        idx = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
+        tokens = []
+        for i in idx:
+            left = int(fast.inp[i] - fast.m[i])
+            c = 1 if left <= 0 else data.draw(st.one_of(st.just(left), st.integers(1, left)))
+            tokens.append(c + data.draw(st.sampled_from([0] * 12 + [1])))     # (now and then one too many)
+        running = [i for i in live if fast.status[i] == RUNNING and i not in idx]
+        evict = data.draw(st.lists(st.sampled_from(running), unique=True)) if running else []
+        args = (np.array(idx, dtype=np.int64), np.array(tokens, dtype=np.int64), np.array(evict, dtype=np.int64))
+        got = []
+        for state, few in ((fast, T._FEW_FILLS), (ref, 0)):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(T, "_FEW_FILLS", few)
+                try:
+                    got.append(state.apply(*args))
+                except ScheduleError as e:
+                    got.append(str(e))
+        assert got[0] == got[1]
+        for f in _STATE_FIELDS:
+            assert np.array_equal(getattr(fast, f), getattr(ref, f), equal_nan=True), f
+        if isinstance(got[0], str):
+            break
