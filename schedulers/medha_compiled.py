@@ -54,27 +54,26 @@ def batcher(sched: Any, state: Any) -> "Callable[[Any], Plan] | None":
     from . import medha_kernel as K
     lim, n = state.limits, int(state.m.size)
     lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = state.cost._k
-    la = np.array([float(a) for a, _ in lines])
-    lb = np.array([float(b) for _, b in lines])
     icfg = np.zeros(9, dtype=np.int64)
     icfg[[K.I_R, K.I_BLOCKS, K.I_C, K.I_P, K.I_FCFS, K.I_MIN_CHUNK, K.I_NO_TPOT, K.I_WAITING, K.I_RUNNING]] = (
         sched._R, lim.num_blocks, lim.C, lim.P, sched.fcfs, sched.min_chunk, sched._no_tpot, WAITING, RUNNING)
     fc = np.zeros(9)
     fc[[K.F_TARGET, K.F_SHARE, K.F_D_BIAS, K.F_D_KV, K.F_P_BIAS, K.F_P_ATTN, K.F_P_TOK, K.F_REQ]] = (
         sched.target_batch_s, sched.max_share, d_bias, d_kv, p_bias, p_attn, p_tok, req)
-    peak = np.ascontiguousarray(state.peak_kv_blocks, dtype=np.int64)
-    arrivals = np.ascontiguousarray(state.arrivals_s, dtype=np.float64)
-    deadline = arrivals + sched._ttft        # (the slack's deadline: the same sum, elementwise)
-    ttft, tpot = sched._ttft, sched._tpot
-    pm, pi, ps = sched._pred_m, sched._pred_inp, sched._pred_s
-    cand, slack = np.zeros(n, dtype=np.int64), np.zeros(n)
-    out_idx, out_tok = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    ints = np.zeros((6, n), dtype=np.int64)
+    ints[K.PEAK] = state.peak_kv_blocks
+    ints[[K.PRED_M, K.PRED_INP]] = -1
+    floats = np.zeros((6, n))
+    floats[K.TPOT], floats[K.TTFT], floats[K.ARRIVAL] = sched._tpot, sched._ttft, state.arrivals_s
+    floats[K.DEADLINE] = state.arrivals_s + sched._ttft       # (the slack's deadline: the same sum, elementwise)
+    sched._pred_m, sched._pred_inp, sched._pred_s = ints[K.PRED_M], ints[K.PRED_INP], floats[K.PRED_S]  # (one cache)
+    lines2 = np.array([[float(a) for a, _ in lines], [float(b) for _, b in lines]])
+    out_idx, out_tok = ints[K.OUT_IDX], ints[K.OUT_TOK]
     kernel = K.medha_batch
 
     def plan(st: Any) -> Plan:
         fc[K.F_CLOCK] = st.clock_s
-        k = kernel(st.active, st.status, st.m, st.inp, peak, tpot, deadline, ttft, arrivals, pm, pi, ps, la, lb,
-                   icfg, fc, cand, slack, out_idx, out_tok)
+        k = kernel(st.active, st.status, st.m, st.inp, ints, floats, lines2, icfg, fc)
         return Plan(out_idx[:k].copy(), out_tok[:k].copy(), _NO_IDX)
 
     return plan

@@ -17,6 +17,9 @@ jit = njit(cache=True, nogil=True)
 # icfg: the scheduler's and the limits' integers; fcfg: its floats and the clock (set per batch)
 (I_R, I_BLOCKS, I_C, I_P, I_FCFS, I_MIN_CHUNK, I_NO_TPOT, I_WAITING, I_RUNNING) = range(9)
 (F_TARGET, F_SHARE, F_CLOCK, F_D_BIAS, F_D_KV, F_P_BIAS, F_P_ATTN, F_P_TOK, F_REQ) = range(9)
+# the rows of the per-request arrays (few arguments: numba's dispatch costs per argument, per batch)
+PEAK, PRED_M, PRED_INP, CAND, OUT_IDX, OUT_TOK = range(6)
+TPOT, DEADLINE, TTFT, ARRIVAL, PRED_S, SLACK = range(6)
 
 
 @jit
@@ -123,10 +126,16 @@ def ilrs_order(cand, slack, arrivals, num):
 # complexity: Medha.next_batch in order, inline (a call per step costs per batch): phases, decodes, slack and its
 # order, shares, chunk sizes
 @jit
-def medha_batch(act, status, m, inp, peak, tpot, deadline, ttft, arrivals, pred_m, pred_inp, pred_s, la, lb,
-                icfg, fc, cand, slack, out_idx, out_tok):
-    """The next batch: its requests in ``out_idx[:k]`` and their tokens in ``out_tok[:k]``; returns ``k``.
-    ``cand`` and ``slack``: scratch, a slot per request. Updates the isolated-prefill-time cache (``pred_*``)."""
+def medha_batch(act, status, m, inp, ints, floats, lines, icfg, fc):
+    """The next batch: its requests in ``ints[OUT_IDX, :k]`` and their tokens in ``ints[OUT_TOK, :k]``; returns
+    ``k``. Per request, ``ints`` holds (rows ``PEAK`` ... ``OUT_TOK``) its peak KV blocks, the cached isolated
+    prefill's m and inp, and scratch (candidates, the plan); ``floats`` its TPOT SLO, deadline, TTFT, arrival, the
+    cached isolated prefill time and scratch (slacks); ``lines`` the cost model's non-attention lines (a, b)."""
+    peak, pred_m, pred_inp, cand, out_idx, out_tok = ints[PEAK], ints[PRED_M], ints[PRED_INP], ints[CAND], \
+        ints[OUT_IDX], ints[OUT_TOK]
+    tpot, deadline, ttft, arrivals, pred_s, slack = floats[TPOT], floats[DEADLINE], floats[TTFT], floats[ARRIVAL], \
+        floats[PRED_S], floats[SLACK]
+    la, lb = lines[0], lines[1]
     waiting, running_code = icfg[I_WAITING], icfg[I_RUNNING]
     # phases: the running requests' peaks, the decodes (into the batch while C lasts) and the candidates
     C, P = icfg[I_C], icfg[I_P]
