@@ -79,6 +79,8 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
         self._mask = self._block - 1 if self._block > 1 and not self._block & (self._block - 1) else 0
         self._shift = self._block.bit_length() - 1
         self._num_blocks = limits.num_blocks
+        # the limits as plain ints, read by every batch's checks (Limits.num_blocks and max_running are properties)
+        self._lim_C, self._lim_P, self._lim_M, self._max_running = limits.C, limits.P, limits.M, limits.max_running
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0

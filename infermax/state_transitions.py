@@ -93,8 +93,15 @@ class Transitions:
             num_tokens = num_decode + c_one    # (a 1 for each decode alone)
         else:
             num_tokens = int(_sum(tokens))
-        if (fills is None or num_tokens - c_one != num_decode
-                or any(m + c > i for c, m, i in zip(fills[1], fills[2], fills[3]))):
+        # the chunks' rule (_check_chunks, which names the offender) settled from the sums when they can: the decodes'
+        # tokens (each >= 1) are all 1 exactly when they add up to their count, and each (re)fill fits its input
+        m = int(m0[one]) if sums and one >= 0 else 0     # (the one (re)fill's KV)
+        if sums:
+            chunks_ok = num_tokens - c_one == num_decode and (one < 0 or m + c_one <= int(inp0[one]))
+        else:
+            chunks_ok = fills is not None and num_tokens - c_one == num_decode and all(
+                m + c <= i for c, m, i in zip(fills[1], fills[2], fills[3]))
+        if not chunks_ok:
             self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
@@ -119,7 +126,6 @@ class Transitions:
                 work2 = sum([c * (2 * m + c + 1) for c, m in zip(fills[1], fills[2])])
                 duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - sum(fills[2]), work2, c_one)
             else:
-                m = int(m0[one]) if one >= 0 else 0
                 duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - m, c_one * (2 * m + c_one + 1),
                                        c_one)
         else:
