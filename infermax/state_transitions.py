@@ -72,6 +72,10 @@ class Transitions:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
         if n == 1 and extra is None:
             return self._apply_one(j, idx, tokens, int(st[0]), start, num_ev)
+        if self._kernel is not None and extra is None and not num_ev and self._stop is None and not self.external_kv:
+            done = self._apply_compiled(j, idx, tokens, start)
+            if done is not None:
+                return done
         # 2. who may run, and how many tokens
         num_new = self._check_requests(j, idx, tokens, st)
         m0 = self.m[idx]
@@ -150,6 +154,32 @@ class Transitions:
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+
+    def _apply_compiled(self, j: int, idx: np.ndarray, tokens: np.ndarray, start: float
+                        ) -> "tuple[float, float, BatchRecord] | None":
+        """``apply``, steps 2-5, compiled (:func:`infermax.state_kernel.apply_batch`), for a batch of two or more
+        requests, no eviction, nothing riding along; None when the batch breaks a rule (nothing committed: the
+        Python steps then name it) or is not the kernel's kind (other dtypes)."""
+        if idx.dtype != np.int64 or tokens.dtype != np.int64:
+            return None
+        steps = self._kernel
+        sc, fs = steps.sc, steps.fs
+        sc[:8] = (j, self.kv_used, self.blocks_used, self.num_running, self.num_done, self.version,
+                  self.prefill_tokens_left, self.decode_tokens_left)
+        fs[0] = start
+        if steps.kernel(idx, tokens, self.m, self.inp, self.gen, self.status, self.output_lens, self.first_scheduled_s,
+                        self.first_token_s, self.completion_s, self.num_suspensions, self._last_batch, self._slot,
+                        steps.la, steps.lb, steps.co, sc, fs):
+            return None
+        (_, self.kv_used, self.blocks_used, self.num_running, self.num_done, self.version, self.prefill_tokens_left,
+         self.decode_tokens_left, *_, num_tokens, num_prefill_tokens, num_decode, kv, running, _) = sc.tolist()
+        duration = float(fs[1])
+        end = start + duration
+        self.clock_s = end
+        self.num_batches = j + 1
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return start, duration, BatchRecord(int(idx.size), num_tokens, num_prefill_tokens, num_decode, kv, running, 0)
 
     # complexity: apply's steps 2-5 for one request inline, in Python ints, on the hot path (a call per step costs)
     def _apply_one(self, j: int, idx: np.ndarray, tokens: np.ndarray, status: int, start: float,

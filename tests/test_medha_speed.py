@@ -161,26 +161,42 @@ _STATE_FIELDS = ("m", "inp", "gen", "status", "first_scheduled_s", "first_token_
                  "prefill_tokens_left", "decode_tokens_left", "version")
 
 
+def _state(w: Workload, lim: Limits, cost: LinearCostModel, env: str):
+    from infermax.state import ServingState
+    with pytest.MonkeyPatch.context() as mp:
+        if env:
+            mp.setenv(env, "1")
+        return ServingState(w, lim, cost)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
 @settings(max_examples=300, deadline=None)
-@given(data=st.data(), n=st.integers(2, 10), block=st.sampled_from([1, 3, 16]), model=st.sampled_from(_MODELS))
-def test_a_batch_of_a_few_fills_is_applied_as_on_arrays(data, n, block, model):
-    """``ServingState.apply`` settles a batch of decodes and a few (re)fills in Python ints (``_FEW_FILLS``): the
-    same state, record and time as the array operations (``_FEW_FILLS = 0``), batch after batch, and the same
-    error for a batch that breaks a rule (a decode of 2 tokens, a chunk past its input); with evictions before
-    some batches (refills, of requests that have generated tokens already)."""
+@given(data=st.data(), n=st.integers(2, 10), block=st.sampled_from([1, 3, 16]), model=st.sampled_from(_MODELS),
+       M=st.sampled_from([10**7, 6_000]))
+def test_a_batch_is_applied_as_on_arrays(compiled, data, n, block, model, M):
+    """``ServingState.apply`` settles a batch of decodes and a few (re)fills in Python ints (``_FEW_FILLS``), or
+    compiled (``INFERMAX_COMPILED=1``: :mod:`infermax.state_kernel`, where numba is installed): the same state,
+    record and time as the array operations (``INFERMAX_PURE=1``, ``_FEW_FILLS = 0``), batch after batch, and the
+    same error for a batch that breaks a rule (a decode of 2 tokens, a chunk past its input, a finished request,
+    the KV); with evictions before some batches (refills, of requests that have generated tokens already)."""
     from infermax import ScheduleError
     from infermax import state_transitions as T
-    from infermax.state import DONE, RUNNING, ServingState
+    from infermax.state import DONE, RUNNING
+    if compiled and importlib.util.find_spec("numba") is None:
+        pytest.skip("numba is not installed")
     ins = data.draw(st.lists(st.integers(1, 3_000), min_size=n, max_size=n))
     outs = data.draw(st.lists(st.integers(1, 12), min_size=n, max_size=n))
     w = Workload.from_lengths(ins, outs)
-    lim = Limits(M=10**7, C=10**7, block_size=block)
-    fast, ref = ServingState(w, lim, _model(model)), ServingState(w, lim, _model(model))
+    lim = Limits(M=M // block * block, C=10**7, block_size=block)
+    fast = _state(w, lim, _model(model), "INFERMAX_COMPILED" if compiled else "")
+    ref = _state(w, lim, _model(model), "INFERMAX_PURE")
+    assert (fast._kernel is not None) == (compiled and block != 3) and ref._kernel is None
     for _ in range(data.draw(st.integers(1, 12))):
         live = [i for i in range(n) if fast.status[i] != DONE]
         if not live:
             break
-        idx = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
+        finished = [i for i in range(n) if fast.status[i] == DONE][:data.draw(st.integers(0, 1))]
+        idx = data.draw(st.lists(st.sampled_from(live + finished), min_size=1, max_size=len(live), unique=True))
         tokens = []
         for i in idx:
             left = int(fast.inp[i] - fast.m[i])
