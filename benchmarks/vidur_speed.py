@@ -16,9 +16,9 @@ Vidur's predictor calls dominate).
 Each repetition runs every (cell, side) in a fresh process, the two sides alternated (the order
 flipped every repetition). Per run: the loop's CPU time (Vidur: ``Simulator.run``; infermax: the
 whole ``simulate`` call, workload parsing and metrics included) and the whole process's CPU time
-(the child's user + sys: imports, Vidur's predictor loading, infermax's compiled loop loading; bytecode and
-numba's compiled code cached on both sides, after one unmeasured infermax run), each divided by that side's own
-number of batches. Ratios are Vidur / infermax per batch, median and min-max over the paired
+(the child's user + sys: imports, Vidur's predictor loading, infermax's compiled code loading where a run uses it;
+bytecode and numba's compiled code cached on both sides, after one unmeasured infermax run), each divided by that
+side's own number of batches. Ratios are Vidur / infermax per batch, median and min-max over the paired
 repetitions, with the target (loop ≥ 30×; the small cell, whole process ≥ 15×; the mix ≥ 10×).
 
     python benchmarks/vidur_speed.py [--reps 3] [--cells 0,1,2,3,4,mix] [--scale-conv 1.0] [--json-out F]
@@ -81,11 +81,17 @@ def _workload(cell: dict):
 
 def run_infermax(cell: dict, cost: str) -> dict:
     from infermax import Limits, simulate
-    # imports: the default cost model and, for the cells that run it (more than fastloop.MIN_OUTPUT_TOKENS output
-    # tokens: not the small cell, judged on its whole process), the compiled loop (numba and its cached code,
-    # loaded on first use), as Vidur's imports and its predictor's loading stay outside its loop
-    big = cell["key"] != "mix" and cell["judged"] == "loop"
-    simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096", compiled=big)
+    # imports, the default cost model and, for the runs that use it (>= 500K tokens: not the small cell, judged on its
+    # whole process), the compiled code (numba and its cache: the state's steps, Medha's planner on the mix), loaded
+    # on first use: here, outside the loop, as Vidur's imports and its predictor's loading are
+    if cell["judged"] == "loop":
+        os.environ["INFERMAX_COMPILED"] = "1"
+    try:
+        simulate("fixed:I=64,O=8,B=8", "vllm", "M=10000,C=4096")
+        if cell["key"] == "mix":
+            simulate("fixed:I=64,O=8,B=8", "medha", "M=10000,C=4096")
+    finally:
+        os.environ.pop("INFERMAX_COMPILED", None)
     if cell["key"] == "mix":
         from medha_side_by_side import MEDHA_CHUNK_TOKENS
         from vidur_harness import VidurSetup

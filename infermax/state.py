@@ -24,7 +24,10 @@ Beside it: the request statuses (`status`) and the read-only view a scheduler ma
 """
 from __future__ import annotations
 
+import importlib.util
 import math
+import os
+from typing import Any
 
 import numpy as np
 
@@ -79,6 +82,8 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
         self._mask = self._block - 1 if self._block > 1 and not self._block & (self._block - 1) else 0
         self._shift = self._block.bit_length() - 1
         self._num_blocks = limits.num_blocks
+        # the limits as plain ints, read by every batch's checks (Limits.num_blocks and max_running are properties)
+        self._lim_C, self._lim_P, self._lim_M, self._max_running = limits.C, limits.P, limits.M, limits.max_running
         self.num_running = 0        # requests holding KV
         self.num_done = 0
         self.num_batches = 0
@@ -87,6 +92,7 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
         self._arange = np.arange(n, dtype=np.int64)
         self._init_queue(workload, dispatched, n)
         self._init_records(workload, dispatched, n)
+        self._kernel = _compiled_apply(self, cost, dispatched)     # (None: apply in Python)
         self.admit_arrivals()
 
     def _init_queue(self, workload: Workload, dispatched: bool, n: int) -> None:
@@ -250,6 +256,52 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
     def _external_blocks(self) -> int:
         """Blocks of the KV held for work scheduled elsewhere (rounded on its own, as ``apply`` counts it)."""
         return int(self.limits.kv_blocks(self.external_kv)) if self.external_kv and self._block > 1 else 0
+
+
+#: a run with fewer prompt + output tokens than this applies its batches in Python (numba's load costs more)
+MIN_COMPILED_TOKENS = 500_000
+
+
+def _compiled_apply(state: "ServingState", cost: CostModel, dispatched: bool) -> "_CompiledSteps | None":
+    """The compiled steps of ``apply`` (:mod:`infermax.state_kernel`) and their buffers, where they cover this state:
+    a cost model timed by the linear model's own sums, blocks of a power of two (or none), not a cluster replica's
+    state, a run of at least :data:`MIN_COMPILED_TOKENS` tokens (``INFERMAX_COMPILED=1``: any size) and numba
+    installed; ``INFERMAX_PURE=1``: never. Else None."""
+    if os.environ.get("INFERMAX_PURE") == "1" or dispatched or state._timer is None:
+        return None
+    if state._block > 1 and not state._mask:
+        return None
+    from .costmodel import LinearCostModel
+    if (not isinstance(cost, LinearCostModel)
+            or getattr(state._timer, "__func__", None) is not LinearCostModel._time_of_work):
+        return None
+    if (os.environ.get("INFERMAX_COMPILED") != "1"
+            and int(state.input_lens.sum()) + int(state.output_lens.sum()) < MIN_COMPILED_TOKENS):
+        return None
+    if importlib.util.find_spec("numba") is None:
+        return None
+    from . import state_kernel as K
+    lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = cost._k
+    sc = K.make_scalars()
+    lim = state.limits
+    sc[[K.S_C, K.S_P, K.S_M, K.S_NUM_BLOCKS, K.S_MAX_RUN, K.S_MASK, K.S_SHIFT, K.S_WAITING, K.S_RUNNING,
+        K.S_DONE_CODE]] = (lim.C, lim.P, lim.M, lim.num_blocks, lim.max_running, state._mask,
+                           state._shift if state._mask else 0, WAITING, RUNNING, DONE)
+    la = np.array([float(a) for a, _ in lines])
+    lb = np.array([float(b) for _, b in lines])
+    co = np.array([d_bias, d_kv, p_bias, p_attn, p_tok, req], dtype=np.float64)
+    return _CompiledSteps(K.apply_batch, sc, np.zeros(2), la, lb, co)
+
+
+class _CompiledSteps:
+    """The compiled steps of ``apply`` and their buffers: scratch, rewritten by every batch (no part of the state's
+    value: a copy of the state may share them)."""
+
+    __slots__ = ("kernel", "sc", "fs", "la", "lb", "co")
+
+    def __init__(self, kernel: Any, sc: np.ndarray, fs: np.ndarray, la: np.ndarray, lb: np.ndarray,
+                 co: np.ndarray) -> None:
+        self.kernel, self.sc, self.fs, self.la, self.lb, self.co = kernel, sc, fs, la, lb, co
 
 
 __all__ = ["BatchRecord", "DONE", "DecodeSegment", "FUTURE", "HybridSegment", "RUNNING", "ScheduleError",

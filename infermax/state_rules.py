@@ -114,23 +114,23 @@ class JudgeRules:
         has them (:meth:`~infermax.state_transitions.Transitions._new_blocks`); else counted from ``m0`` and
         ``tokens``."""
         lim = self.limits
-        if num_tokens > lim.C:
+        if num_tokens > self._lim_C:
             raise ScheduleError(j, "C", f"{num_tokens} tokens > C = {lim.C}")
-        if num_prefill_tokens > lim.P:
+        if num_prefill_tokens > self._lim_P:
             raise ScheduleError(j, "P", f"{num_prefill_tokens} prefill tokens > P = {lim.P}")
-        if kv + self.external_kv > lim.M:
+        if kv + self.external_kv > self._lim_M:
             raise ScheduleError(j, "M", f"KV cache would hold {kv} tokens{self._held()} > M = {lim.M}")
         blocks = 0
         if self._block > 1:
             if new_blocks is None:
                 new_blocks = int(_sum(lim.kv_blocks(m0 + tokens) - lim.kv_blocks(m0)))
             blocks = self.blocks_used + new_blocks
-            if blocks + self._external_blocks() > lim.num_blocks:
+            if blocks + (self._external_blocks() if self.external_kv else 0) > self._num_blocks:
                 raise ScheduleError(j, "M-blocks", f"KV cache would hold {blocks + self._external_blocks()} "
                                     f"blocks of block_size = "
                                     f"{lim.block_size} tokens > M // block_size = {lim.num_blocks} "
                                     f"({kv} tokens, M = {lim.M})")
-        if running > lim.max_running:
+        if running > self._max_running:
             raise ScheduleError(j, "R_max", f"{running} running requests > R_max = {lim.R_max}")
         return blocks
 

@@ -19,6 +19,8 @@ from .status import DONE, FUTURE, RUNNING, WAITING
 # the is_decode of a batch of one request, read-only (Transitions._apply_one)
 _ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
 _ONE_DECODE.setflags(write=False)
+#: a batch with up to this many (re)fills among its decodes is settled in Python ints (more: array operations)
+_FEW_FILLS = 4
 _ONE_PREFILL.setflags(write=False)
 
 
@@ -70,6 +72,10 @@ class Transitions:
             raise ScheduleError(j, "empty", "a batch must process at least one token")
         if n == 1 and extra is None:
             return self._apply_one(j, idx, tokens, int(st[0]), start, num_ev)
+        if self._kernel is not None and extra is None and not num_ev and self._stop is None and not self.external_kv:
+            done = self._apply_compiled(j, idx, tokens, start)
+            if done is not None:
+                return done
         # 2. who may run, and how many tokens
         num_new = self._check_requests(j, idx, tokens, st)
         m0 = self.m[idx]
@@ -82,27 +88,50 @@ class Transitions:
         # decodes and at most one (re)fill, in integer tokens: sums in Python ints settle steps 2-4
         sums = one >= -(num_decode == n) and tokens.dtype.kind == "i"
         c_one = int(tokens[one]) if sums and one >= 0 else 0     # the (re)fill's tokens
-        if sums and (tokens == 1).tobytes() == flags:
+        # or a few (re)fills among decodes: their positions and (c, m, inp), in Python ints, settle steps 2-4 too
+        fills = (self._fills(flags, tokens, m0, inp0) if not sums and n - num_decode <= _FEW_FILLS
+                 and tokens.dtype.kind == "i" else None)
+        if fills is not None:
+            c_one = sum(fills[1])       # (their tokens)
+        if (sums or fills is not None) and (tokens == 1).tobytes() == flags:
             num_tokens = num_decode + c_one    # (a 1 for each decode alone)
         else:
             num_tokens = int(_sum(tokens))
-        self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
+        # the chunks' rule (_check_chunks, which names the offender) settled from the sums when they can: the decodes'
+        # tokens (each >= 1) are all 1 exactly when they add up to their count, and each (re)fill fits its input
+        m = int(m0[one]) if sums and one >= 0 else 0     # (the one (re)fill's KV)
+        if sums:
+            chunks_ok = num_tokens - c_one == num_decode and (one < 0 or m + c_one <= int(inp0[one]))
+        else:
+            chunks_ok = fills is not None and num_tokens - c_one == num_decode and all(
+                m + c <= i for c, m, i in zip(fills[1], fills[2], fills[3]))
+        if not chunks_ok:
+            self._check_chunks(j, idx, tokens, m0, inp0, m1, is_decode, num_tokens, num_decode, one)
         # 3. per-batch limits
         num_prefill_tokens = num_tokens - num_decode
         kv, running = self.kv_used + num_tokens, self.num_running + num_new
         # (decodes: 1 token each, checked)
-        new_blocks = self._new_blocks(m0, num_decode == n, one, c_one) if self._mask and sums else None
+        new_blocks = None
+        if self._mask:
+            if sums:
+                new_blocks = self._new_blocks(m0, num_decode == n, one, c_one)
+            elif fills is not None:
+                new_blocks = self._new_blocks_of_fills(m0, fills)
         blocks = self._check_limits(j, num_tokens, num_prefill_tokens, kv, running, m0, tokens, new_blocks)
         # 4. time
         if extra is not None:
             duration = self.cost.batch_time(np.concatenate((tokens, extra[0])), np.concatenate((m0, extra[1])),
                                             np.concatenate((is_decode, extra[2])))
-        elif self._timer is not None and sums:
-            # Σ (m + c), less the (re)fill's below; Σ m is kv_used when every running request is in the batch
+        elif self._timer is not None and (sums or fills is not None):
+            # Σ (m + c), less the (re)fills' below; Σ m is kv_used when every running request is in the batch
             # (the others in it wait, holding no KV)
             kv_read = num_tokens + (self.kv_used if n - num_new == self.num_running else int(_sum(m0)))
-            m = int(m0[one]) if one >= 0 else 0
-            duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - m, c_one * (2 * m + c_one + 1), c_one)
+            if fills is not None:
+                work2 = sum([c * (2 * m + c + 1) for c, m in zip(fills[1], fills[2])])
+                duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - sum(fills[2]), work2, c_one)
+            else:
+                duration = self._timer(n, num_tokens, num_decode, kv_read - c_one - m, c_one * (2 * m + c_one + 1),
+                                       c_one)
         else:
             duration = self.cost.batch_time(tokens, m0, is_decode)
         end = start + duration
@@ -118,13 +147,39 @@ class Transitions:
         self.m[idx] = m1
         self.kv_used, self.blocks_used, self.num_running = kv, blocks, running
         self.prefill_tokens_left -= num_prefill_tokens
-        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode, one, end)
+        self._generate(j, idx, m0, inp0, m1, is_decode, num_decode, one, end, fills)
         self._last_batch[idx] = j
         self.clock_s = end
         self.num_batches = j + 1
         if self._next_arrival < self._num_queued:
             self.admit_arrivals()
         return start, duration, BatchRecord(n, num_tokens, num_prefill_tokens, num_decode, kv, running, num_ev)
+
+    def _apply_compiled(self, j: int, idx: np.ndarray, tokens: np.ndarray, start: float
+                        ) -> "tuple[float, float, BatchRecord] | None":
+        """``apply``, steps 2-5, compiled (:func:`infermax.state_kernel.apply_batch`), for a batch of two or more
+        requests, no eviction, nothing riding along; None when the batch breaks a rule (nothing committed: the
+        Python steps then name it) or is not the kernel's kind (other dtypes)."""
+        if idx.dtype != np.int64 or tokens.dtype != np.int64:
+            return None
+        steps = self._kernel
+        sc, fs = steps.sc, steps.fs
+        sc[:8] = (j, self.kv_used, self.blocks_used, self.num_running, self.num_done, self.version,
+                  self.prefill_tokens_left, self.decode_tokens_left)
+        fs[0] = start
+        if steps.kernel(idx, tokens, self.m, self.inp, self.gen, self.status, self.output_lens, self.first_scheduled_s,
+                        self.first_token_s, self.completion_s, self.num_suspensions, self._last_batch, self._slot,
+                        steps.la, steps.lb, steps.co, sc, fs):
+            return None
+        (_, self.kv_used, self.blocks_used, self.num_running, self.num_done, self.version, self.prefill_tokens_left,
+         self.decode_tokens_left, *_, num_tokens, num_prefill_tokens, num_decode, kv, running, _) = sc.tolist()
+        duration = float(fs[1])
+        end = start + duration
+        self.clock_s = end
+        self.num_batches = j + 1
+        if self._next_arrival < self._num_queued:
+            self.admit_arrivals()
+        return start, duration, BatchRecord(int(idx.size), num_tokens, num_prefill_tokens, num_decode, kv, running, 0)
 
     # complexity: apply's steps 2-5 for one request inline, in Python ints, on the hot path (a call per step costs)
     def _apply_one(self, j: int, idx: np.ndarray, tokens: np.ndarray, status: int, start: float,
@@ -221,16 +276,51 @@ class Transitions:
         m = int(m0[one])
         return full - (not m & mask) + ((m + c + mask) >> self._shift) - ((m + mask) >> self._shift)
 
+    def _fills(self, flags: bytes, tokens: np.ndarray, m0: np.ndarray, inp0: np.ndarray
+               ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """A batch's (re)fills (the 0 bytes of its decode ``flags``): their positions, tokens, cached KV and
+        inputs, in Python ints."""
+        pos, k = [], flags.find(0)
+        while k >= 0:
+            pos.append(k)
+            k = flags.find(0, k + 1)
+        return (pos, [int(tokens[k]) for k in pos], [int(m0[k]) for k in pos], [int(inp0[k]) for k in pos])
+
+    def _new_blocks_of_fills(self, m0: np.ndarray, fills: tuple[list[int], list[int], list[int], list[int]]) -> int:
+        """:meth:`_new_blocks` of a batch of decodes and a few (re)fills (``fills``, :meth:`_fills`): each decode
+        whose KV fills whole blocks takes one, each (re)fill ceil((m + c) / b) - ceil(m / b)."""
+        mask, shift = self._mask, self._shift
+        new = _count_nonzero((m0 & mask) == 0)
+        for c, m in zip(fills[1], fills[2]):
+            new += ((m + c + mask) >> shift) - ((m + mask) >> shift) - (not m & mask)
+        return new
+
     def _generate(self, j: int, idx: np.ndarray, m0: np.ndarray, inp0: np.ndarray, m1: np.ndarray,
-                  is_decode: np.ndarray, num_decode: int, one: int, end: float) -> None:
+                  is_decode: np.ndarray, num_decode: int, one: int, end: float,
+                  fills: "tuple[list[int], list[int], list[int], list[int]] | None" = None) -> None:
         """Batch ``j`` (ending at ``end``) moved requests ``idx`` (``num_decode`` of them decoding; ``one``: the
-        position of the only one that does not, else -1) from ``m0`` to ``m1`` KV tokens: count the tokens
-        generated, suspensions and first tokens, and free the KV of the requests it completes."""
+        position of the only one that does not, else -1; ``fills``: a few (re)fills, :meth:`_fills`) from ``m0``
+        to ``m1`` KV tokens: count the tokens generated, suspensions and first tokens, and free the KV of the
+        requests it completes."""
         gen = self.gen
         if num_decode == idx.size:   # each generates a token, none its first (a decode follows one)
             g_idx = idx
             g = gen[g_idx] + 1
             gen[g_idx] = g
+        elif fills is not None:      # a few (re)fills among decodes: they alone in Python ints
+            last, reach = self._last_batch, []
+            for k, c, m, i in zip(*fills):
+                x = int(idx[k])
+                if m and last[x] < j - 1:       # a (re)fill that skipped a batch was suspended
+                    self.num_suspensions[x] += 1
+                if m + c >= i:
+                    reach.append(x)
+            g_idx = idx if len(reach) == len(fills[0]) else idx[m1 >= inp0]
+            g = gen[g_idx] + 1
+            gen[g_idx] = g
+            for x in reach:                      # (a decode never generates its first token)
+                if gen[x] == 1:
+                    self.first_token_s[x] = end
         elif one >= 0:   # one (re)fill among decodes (a hybrid batch): it alone in Python ints
             i = int(idx[one])
             if m0[one] and self._last_batch[i] < j - 1:     # a (re)fill that skipped a batch was suspended

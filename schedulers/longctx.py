@@ -19,6 +19,8 @@ from infermax.state import RUNNING, WAITING, ServingState
 
 from .base import Plan
 
+_sum = np.add.reduce
+
 LONG_THRESHOLD_TOKENS = 32_768
 
 
@@ -145,9 +147,86 @@ class BatchDraft:
             s[4] += chunk * (2 * m + chunk + 1)
             s[5] += chunk
 
+    @property
+    def size(self) -> int:
+        """Requests in the draft."""
+        return len(self.idx)
+
     def plan(self) -> Plan:
         z = np.zeros(0, dtype=np.int64)
         return Plan(np.array(self.idx, dtype=np.int64), np.array(self.tok, dtype=np.int64), z)
+
+
+_NO_IDX = np.zeros(0, dtype=np.int64)
+_NO_IDX.setflags(write=False)
+
+
+class SumsDraft(BatchDraft):
+    """A :class:`BatchDraft` kept as its sums alone, for a cost model that prices a batch from them
+    (:func:`work_timer`): the decodes stay the array they came as, the chunks two short lists, and nothing
+    is converted per request; the plan is the one :class:`BatchDraft` builds from the same calls (the same
+    requests, order and tokens), and every probe the same float. ``INFERMAX_PURE=1`` selects
+    :class:`BatchDraft` (no timer), the reference that tests/test_medha_speed.py compares this with."""
+
+    def __init__(self, state: ServingState, R_max: int, running: np.ndarray,
+                 timer: "Callable[[int, int, int, int, int, int], float]") -> None:
+        lim = state.limits
+        self.state = state
+        self.peak = peak = state.peak_kv_blocks
+        self.mem = lim.num_blocks - int(_sum(peak[running]))
+        self.run = R_max - running.size
+        self.C, self.P = lim.C, lim.P
+        self._timer = timer
+        self._sums = [0, 0, 0, 0, 0, 0]
+        self._dec = _NO_IDX
+        self._pf_idx: list[int] = []
+        self._pf_tok: list[int] = []
+
+    @property
+    def size(self) -> int:
+        return self._sums[0]
+
+    def add_decodes(self, idx: np.ndarray) -> None:
+        idx = idx[: self.C]
+        k = int(idx.size)
+        if not k:
+            return
+        self._dec = idx if not self._dec.size else np.concatenate((self._dec, idx))
+        self.C -= k
+        s = self._sums
+        s[0] += k
+        s[1] += k
+        s[2] += k
+        s[3] += int(_sum(self.state.m[idx])) + k
+
+    def time_with(self, x: int, chunk: int) -> float:
+        n, tokens, num_decode, decode_kv, work2, prefill = self._sums
+        m = int(self.state.m[x])
+        return self._timer(n + 1, tokens + chunk, num_decode, decode_kv, work2 + chunk * (2 * m + chunk + 1),
+                           prefill + chunk)
+
+    def add_prefill(self, x: int, chunk: int) -> None:
+        st = self.state
+        if st.status[x] == WAITING:
+            self.mem -= int(self.peak[x])
+            self.run -= 1
+        self._pf_idx.append(x)
+        self._pf_tok.append(chunk)
+        self.C -= chunk
+        self.P -= chunk
+        m, s = int(st.m[x]), self._sums
+        s[0] += 1
+        s[1] += chunk
+        s[4] += chunk * (2 * m + chunk + 1)
+        s[5] += chunk
+
+    def plan(self) -> Plan:
+        dec, k = self._dec, int(self._dec.size)
+        if not self._pf_idx:
+            return Plan(dec, np.ones(k, dtype=np.int64), _NO_IDX)
+        tok = np.ones(k + len(self._pf_tok), dtype=np.int64)
+        tok[k:] = self._pf_tok
+        return Plan(np.concatenate((dec, np.array(self._pf_idx, dtype=np.int64))), tok, _NO_IDX)
 
 
 def work_timer(cost) -> "Callable[[int, int, int, int, int, int], float] | None":

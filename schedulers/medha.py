@@ -20,12 +20,15 @@ served, without prefill–prefill batching.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from infermax.state import ServingState
 
 from .base import Plan, Scheduler
-from .longctx import BatchDraft, phases, work_timer
+from .longctx import _NO_IDX, BatchDraft, SumsDraft, phases, work_timer
+from .medha_compiled import batcher
 from .registry import register_scheduler
 
 
@@ -64,6 +67,12 @@ class Medha(Scheduler):
         self._pred_inp = np.full(len(w), -1, dtype=np.int64)
         self._pred_s = np.zeros(len(w))
         self._timer = work_timer(state.cost)     # (None: the cost model's batch_time on arrays)
+        self._no_tpot = bool((self._tpot == np.inf).all())      # the target is target_batch_s whenever decodes run
+        if self._timer is not None:   # the slack from Python floats (:meth:`_slack_of_sums`): the cache as lists
+            self._deadline_l = (state.arrivals_s + self._ttft).tolist()
+            self._ttft_l, self._arrival_l = self._ttft.tolist(), state.arrivals_s.tolist()
+            self._pred_ml, self._pred_il, self._pred_sl = [-1] * len(w), [-1] * len(w), [0.0] * len(w)
+        self._compiled = batcher(self, state)   # (None: plan in Python)
 
     def slack(self, state: ServingState, idx: np.ndarray) -> np.ndarray:
         """Relative slack (Eq. 7) of each request in ``idx``."""
@@ -79,28 +88,64 @@ class Medha(Scheduler):
         deadline = state.arrivals_s[idx] + self._ttft[idx]
         return (deadline - state.clock_s - remaining) / self._ttft[idx]
 
-    # complexity: Medha's batch rule in order: decodes, slack-ordered prefills, shares, chunk sizes
-    def next_batch(self, state: ServingState) -> Plan:
-        running, dec, cand = phases(state)
-        draft = BatchDraft(state, self._R, running, self._timer)
-        draft.add_decodes(dec)
-        target = min(self.target_batch_s, float(self._tpot[dec].min())) if dec.size else float("inf")
-        if not cand.size or draft.C <= 0:
-            return draft.plan()
-        if not self.fcfs:
+    def _slack_of_sums(self, state: ServingState, cand: list[int]) -> list[float]:
+        """:meth:`slack` of the requests ``cand``, with a sums timer, in Python floats: the same float operations on
+        the same numbers, each one's isolated prefill time cached as :meth:`slack` caches it."""
+        pm, pi, ps, timer = self._pred_ml, self._pred_il, self._pred_sl, self._timer
+        deadline, ttft, clock = self._deadline_l, self._ttft_l, state.clock_s
+        out = []
+        for x, mx, ix in zip(cand, state.m[cand].tolist(), state.inp[cand].tolist()):
+            if pm[x] != mx or pi[x] != ix:
+                left = ix - mx
+                ps[x], pm[x], pi[x] = timer(1, left, 0, 0, left * (2 * mx + left + 1), left), mx, ix
+            out.append((deadline[x] - clock - ps[x]) / ttft[x])
+        return out
+
+    def _by_slack(self, state: ServingState, cand: np.ndarray) -> tuple[list[int], list[float]]:
+        """The candidates in ILRS order (least slack first, ties by arrival, then by position: ``np.lexsort``'s
+        order) and their slacks."""
+        if self._timer is None:
             slack = self.slack(state, cand)
             order = np.lexsort((state.arrivals_s[cand], slack))
-            cand, slack = cand[order], slack[order]
+            return cand[order].tolist(), slack[order].tolist()
+        idx = cand.tolist()
+        slack = self._slack_of_sums(state, idx)
+        if math.isnan(sum(slack)):      # (NaN, or infinities that might be: lexsort's order for NaN)
+            order = np.lexsort((state.arrivals_s[cand], np.array(slack))).tolist()
+        else:
+            arrival = self._arrival_l
+            order = [k for _, _, k in sorted([(v, arrival[x], k) for k, (x, v) in enumerate(zip(idx, slack))])]
+        return [idx[k] for k in order], [slack[k] for k in order]
+
+    # complexity: Medha's batch rule in order: decodes, slack-ordered prefills, shares, chunk sizes
+    def next_batch(self, state: ServingState) -> Plan:
+        if self._compiled is not None:
+            return self._compiled(state)
+        running, dec, cand = phases(state)
+        draft = (BatchDraft(state, self._R, running) if self._timer is None
+                 else SumsDraft(state, self._R, running, self._timer))
+        draft.add_decodes(dec)
+        if not dec.size:
+            target = float("inf")
+        else:
+            target = self.target_batch_s if self._no_tpot else min(self.target_batch_s, float(self._tpot[dec].min()))
+        if not cand.size or draft.C <= 0:
+            return draft.plan()
         share = 0.0
-        if not self.fcfs and cand.size > 1:   # prefill-prefill batching: urgency of the runner-up
-            share = min(self.max_share, float(np.clip(1.0 - slack[1], 0.0, 1.0)))
-        for k, x in enumerate(cand.tolist()):
+        if self.fcfs:
+            order = cand.tolist()
+        else:
+            order, slack = self._by_slack(state, cand)
+            if len(order) > 1:   # prefill-prefill batching: urgency of the runner-up
+                v = 1.0 - slack[1]       # (clipped to [0, 1] as np.clip, NaN kept: min then takes max_share)
+                share = min(self.max_share, 0.0 if v < 0.0 else 1.0 if v > 1.0 else v)
+        for k, x in enumerate(order):
             room = draft.room(x)
             if room <= 0:
                 if draft.C <= 0 or draft.P <= 0:
                     break
                 continue
-            if draft.idx and target != float("inf") and draft.time_with(x, 1) > target:
+            if draft.size and target != float("inf") and draft.time_with(x, 1) > target:
                 break  # even one more token would break the batch-time target
             chunk = draft.largest_chunk(x, room, target, self.min_chunk if k == 0 else 1)
             if k == 0 and share > 0 and chunk > self.min_chunk:
@@ -116,6 +161,8 @@ class Medha(Scheduler):
         """With no prefill left (none running, none waiting), every next batch decodes all running requests,
         oldest first (:func:`~.longctx.phases`), until the last completes — admission reserved each one's peak KV, so
         none is ever refused a slot — unless they outnumber C. An arrival voids the promise (the engine)."""
+        if state.num_waiting:       # (a waiting request is a prefill candidate)
+            return _NO_IDX, 0
         _, dec, cand = phases(state)
         if not dec.size or dec.size > state.limits.C or cand.size:
             return dec[:0], 0
