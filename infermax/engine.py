@@ -107,18 +107,19 @@ def simulate(workload: "Workload | str", scheduler: Any = "vllm", limits: "Limit
     ``read_only_state``: the scheduler sees the state through a :class:`~infermax.state_view.StateView`
     (read-only arrays, no transitions), so a scheduler that writes to it fails naming what it touched;
     the same schedule otherwise, slower (the test suite runs every registered scheduler so).
-    ``compiled``: run the compiled loop (:mod:`infermax.fastloop`: numba) where it covers the scheduler (vLLM,
-    Sarathi, their variants and ``-real`` presets) and the cost model — the same schedule and trace, bit for
-    bit, several times faster. None (the default): for runs of at least ``fastloop.MIN_OUTPUT_TOKENS`` output
-    tokens; True: whenever it can; False: never (the reference path, as ``INFERMAX_PURE=1`` in the environment).
-    It needs ``fast_forward`` and not ``read_only_state``.
+    ``compiled``: run compiled code (numba) where it covers the run — the whole loop for vLLM, Sarathi, their
+    variants and ``-real`` presets (:mod:`infermax.fastloop`), the state's ``apply`` steps and Medha's planner for
+    the others — the same schedule and trace, bit for bit, several times faster. None (the default): each path for
+    runs above its size threshold (``fastloop.MIN_OUTPUT_TOKENS`` output tokens for the loop); True: whenever it
+    covers the run; False: never (the reference path, as ``INFERMAX_PURE=1`` in the environment;
+    :mod:`infermax.compiled`). The loop needs ``fast_forward`` and not ``read_only_state``.
     """
     from infermax.schedulers import get_scheduler
 
     workload, limits, cost = resolve_inputs(workload, limits, cost)
     sched = get_scheduler(scheduler)
     limits = sched.limits_for(limits)        # a preset's KV block size (the meta records it)
-    state = ServingState(workload, limits, cost)
+    state = ServingState(workload, limits, cost, compiled=compiled)
     sched.reset(StateView(state) if read_only_state else state)
     ids = workload.ids
     recorder = TraceRecorder()

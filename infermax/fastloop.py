@@ -16,13 +16,12 @@ numba is imported, and the loop compiled (then cached on disk), on first use onl
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 from typing import Any, Callable
 
 import numpy as np
 
 from . import fastloop_layout as L
+from .compiled import wanted
 from .fastloop_layout import EVICTED_NONE, FINISHED, STUCK, LoopSpec
 from .schedule import Batch
 
@@ -30,13 +29,9 @@ from .schedule import Batch
 MIN_OUTPUT_TOKENS = 100_000
 # complexity: one condition per case the loop does not cover, each a plain early return
 def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
-    """The loop's spec when it may run this simulation (``compiled``: None decides by the run's size, or takes
-    ``INFERMAX_COMPILED=1`` from the environment as True; True runs it whenever it can; False never), else None:
-    then the simulator runs the pure path."""
-    if compiled is False or os.environ.get("INFERMAX_PURE") == "1":
-        return None
-    if compiled is None and os.environ.get("INFERMAX_COMPILED") == "1":
-        compiled = True       # (every run it covers, whatever its size: the identity check runs so)
+    """The loop's spec when it may run this simulation (``compiled`` and the environment as
+    :func:`infermax.compiled.wanted` reads them, by the run's output tokens), else None: then the simulator runs
+    the pure path."""
     loop_spec = getattr(sched, "loop_spec", None)
     coef = getattr(state.cost, "work_coefficients", None)
     if loop_spec is None or coef is None or coef() is None or not coef()[0]:
@@ -47,9 +42,7 @@ def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
     lim = state.limits
     if lim.C * (2 * lim.M + lim.C + 1) >= 1 << 62:
         return None     # a batch's Σ c (2m + c + 1) might not fit the loop's int64 (the pure path's are exact)
-    if compiled is None and int(state.output_lens.sum()) < MIN_OUTPUT_TOKENS:
-        return None
-    if importlib.util.find_spec("numba") is None:
+    if not wanted(compiled, int(state.output_lens.sum()), MIN_OUTPUT_TOKENS):
         return None
     return loop_spec(state)
 

@@ -24,13 +24,12 @@ Beside it: the request statuses (`status`) and the read-only view a scheduler ma
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 from typing import Any
 
 import numpy as np
 
+from .compiled import wanted
 from .costmodel import CostModel
 from .replica_inbox import ReplicaInbox
 from .state_rules import JudgeRules, ScheduleError, _count_nonzero  # noqa: F401  (re-exported: the schedulers use it)
@@ -53,10 +52,13 @@ class ServingState(Transitions, DecodeRuns, JudgeRules, ReplicaInbox):
     concurrently active requests cost.
     """
 
-    def __init__(self, workload: Workload, limits: Limits, cost: CostModel, dispatched: bool = False) -> None:
+    def __init__(self, workload: Workload, limits: Limits, cost: CostModel, dispatched: bool = False,
+                 compiled: bool | None = None) -> None:
         if not dispatched:
             workload.check_fits(limits)
         self.workload, self.limits, self.cost = workload, limits, cost
+        # whether compiled paths may run on this state (None: each by its run's size; :mod:`infermax.compiled`)
+        self.compiled = compiled
         # the cost model's batch time from the sums apply has (a batch of decodes and at most one (re)fill),
         # when it has one: the same floats as ``cost.batch_time``
         timer = getattr(cost, "work_timer", None)
@@ -265,9 +267,9 @@ MIN_COMPILED_TOKENS = 500_000
 def _compiled_apply(state: "ServingState", cost: CostModel, dispatched: bool) -> "_CompiledSteps | None":
     """The compiled steps of ``apply`` (:mod:`infermax.state_kernel`) and their buffers, where they cover this state:
     a cost model timed by the linear model's own sums, blocks of a power of two (or none), not a cluster replica's
-    state, a run of at least :data:`MIN_COMPILED_TOKENS` tokens (``INFERMAX_COMPILED=1``: any size) and numba
-    installed; ``INFERMAX_PURE=1``: never. Else None."""
-    if os.environ.get("INFERMAX_PURE") == "1" or dispatched or state._timer is None:
+    state, and :func:`infermax.compiled.wanted` (``state.compiled``; by size, at least :data:`MIN_COMPILED_TOKENS`
+    tokens). Else None."""
+    if dispatched or state._timer is None:
         return None
     if state._block > 1 and not state._mask:
         return None
@@ -275,10 +277,7 @@ def _compiled_apply(state: "ServingState", cost: CostModel, dispatched: bool) ->
     if (not isinstance(cost, LinearCostModel)
             or getattr(state._timer, "__func__", None) is not LinearCostModel._time_of_work):
         return None
-    if (os.environ.get("INFERMAX_COMPILED") != "1"
-            and int(state.input_lens.sum()) + int(state.output_lens.sum()) < MIN_COMPILED_TOKENS):
-        return None
-    if importlib.util.find_spec("numba") is None:
+    if not wanted(state.compiled, int(state.input_lens.sum()) + int(state.output_lens.sum()), MIN_COMPILED_TOKENS):
         return None
     from . import state_kernel as K
     lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = cost._k

@@ -10,12 +10,12 @@ costs less in Python than loading numba); ``INFERMAX_COMPILED=1`` in the environ
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 from typing import Any, Callable
 
 import numpy as np
+
+from infermax.compiled import wanted
 
 from .base import Plan
 
@@ -42,12 +42,10 @@ def _covered(cost: Any) -> bool:
 
 def batcher(sched: Any, state: Any) -> "Callable[[Any], Plan] | None":
     """Medha's compiled planner for this run (``sched`` just reset on ``state``), or None (plan in Python)."""
-    if os.environ.get("INFERMAX_PURE") == "1" or sched._timer is None or not _covered(state.cost):
+    if sched._timer is None or not _covered(state.cost):
         return None
-    if (os.environ.get("INFERMAX_COMPILED") != "1"
-            and int(state.input_lens.sum()) + int(state.output_lens.sum()) < MIN_TOKENS):
-        return None
-    if importlib.util.find_spec("numba") is None:
+    size = int(state.input_lens.sum()) + int(state.output_lens.sum())
+    if not wanted(getattr(state, "compiled", None), size, MIN_TOKENS):
         return None
     from infermax.state import RUNNING, WAITING
 

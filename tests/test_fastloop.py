@@ -249,3 +249,25 @@ def test_limits_whose_sums_could_overflow_keep_the_pure_path(monkeypatch):
     monkeypatch.setattr(fastloop, "run", lambda *a, **k: calls.append(a))
     simulate(_instance(1, 10, True), "vllm", Limits(M=2**40, C=2**22), compiled=True)
     assert not calls
+
+
+def test_compiled_false_runs_no_compiled_path_at_all(monkeypatch):
+    # simulate's choice reaches the state's compiled steps and Medha's planner too (infermax.compiled)
+    monkeypatch.setenv("INFERMAX_COMPILED", "1")
+    states = []
+    init = ServingState.__init__
+
+    def keep(self, *a, **k):
+        init(self, *a, **k)
+        states.append(self)
+    monkeypatch.setattr(ServingState, "__init__", keep)
+    calls = []
+    monkeypatch.setattr(fastloop, "run", lambda *a, **k: calls.append(a))
+    w = _instance(6, 20, True)
+    for name in ("vllm", "medha", "orca"):
+        simulate(w, name, Limits(M=3000, C=256), compiled=False)
+    assert not calls and all(s._kernel is None for s in states)
+    from infermax.schedulers import get_scheduler as get
+    medha = get("medha")
+    simulate(w, medha, Limits(M=3000, C=256), compiled=False)
+    assert getattr(medha, "_compiled", None) is None
