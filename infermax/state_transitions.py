@@ -295,7 +295,7 @@ class Transitions:
             new += ((m + c + mask) >> shift) - ((m + mask) >> shift) - (not m & mask)
         return new
 
-    # complexity: one branch per batch shape (all decodes, a few (re)fills among decodes, any), each in its cheapest form
+    # complexity: a branch per batch shape (all decodes, a few (re)fills among decodes, any), each in its cheapest form
     def _generate(self, j: int, idx: np.ndarray, m0: np.ndarray, inp0: np.ndarray, m1: np.ndarray,
                   is_decode: np.ndarray, num_decode: int, one: int, end: float,
                   fills: "tuple[list[int], list[int], list[int], list[int]] | None" = None) -> None:
