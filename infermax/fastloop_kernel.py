@@ -58,6 +58,8 @@ def blk(t, bs, sh):
         return t
     return (t + bs - 1) // bs
 
+# (each compiled module keeps its own copy of this timer: numba's cache is keyed per file, and a callee in another
+# file would leave its callers' cached code stale when it changed; tests/test_fastloop.py checks every copy)
 @jit
 def time_of(la, lb, co, n, ntok, ndec, dkv, work2, ptok):
     """LinearCostModel._time_of_work: the same float operations in the same order."""

@@ -24,6 +24,8 @@ F_START, F_DURATION = range(2)
 C_D_BIAS, C_D_KV, C_P_BIAS, C_P_ATTN, C_P_TOK, C_REQ = range(6)
 
 
+# (each compiled module keeps its own copy of this timer: numba's cache is keyed per file, and a callee in another
+# file would leave its callers' cached code stale when it changed; tests/test_fastloop.py checks every copy)
 @jit
 def _time(la, lb, co, n, tokens, num_decode, decode_kv, work2, prefill):
     """``LinearCostModel._time_of_work``."""

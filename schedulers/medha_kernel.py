@@ -22,6 +22,8 @@ PEAK, PRED_M, PRED_INP, CAND, OUT_IDX, OUT_TOK = range(6)
 TPOT, DEADLINE, TTFT, ARRIVAL, PRED_S, SLACK = range(6)
 
 
+# (each compiled module keeps its own copy of this timer: numba's cache is keyed per file, and a callee in another
+# file would leave its callers' cached code stale when it changed; tests/test_fastloop.py checks every copy)
 @jit
 def _time(la, lb, fc, n, tokens, num_decode, decode_kv, work2, prefill):
     """``LinearCostModel._time_of_work``."""

@@ -175,7 +175,8 @@ def test_small_chunks_give_the_same_run(monkeypatch):
     assert len(seen) > 3 and seen[-1] == (40, 40) and seen == sorted(seen)
 
 
-def test_the_state_is_left_as_the_pure_path_leaves_it(monkeypatch):
+def _kept_states(monkeypatch) -> list:
+    """Every ServingState built from now on, in order."""
     states = []
     init = ServingState.__init__
 
@@ -183,6 +184,11 @@ def test_the_state_is_left_as_the_pure_path_leaves_it(monkeypatch):
         init(self, *a, **k)
         states.append(self)
     monkeypatch.setattr(ServingState, "__init__", keep)
+    return states
+
+
+def test_the_state_is_left_as_the_pure_path_leaves_it(monkeypatch):
+    states = _kept_states(monkeypatch)
     w = _instance(2, 30, True)
     _both(w, "vllm-real", Limits(M=900, C=200, block_size=16))
     a, b = states
@@ -254,13 +260,7 @@ def test_limits_whose_sums_could_overflow_keep_the_pure_path(monkeypatch):
 def test_compiled_false_runs_no_compiled_path_at_all(monkeypatch):
     # simulate's choice reaches the state's compiled steps and Medha's planner too (infermax.compiled)
     monkeypatch.setenv("INFERMAX_COMPILED", "1")
-    states = []
-    init = ServingState.__init__
-
-    def keep(self, *a, **k):
-        init(self, *a, **k)
-        states.append(self)
-    monkeypatch.setattr(ServingState, "__init__", keep)
+    states = _kept_states(monkeypatch)
     calls = []
     monkeypatch.setattr(fastloop, "run", lambda *a, **k: calls.append(a))
     w = _instance(6, 20, True)
@@ -271,3 +271,34 @@ def test_compiled_false_runs_no_compiled_path_at_all(monkeypatch):
     medha = get("medha")
     simulate(w, medha, Limits(M=3000, C=256), compiled=False)
     assert getattr(medha, "_compiled", None) is None
+
+
+def test_each_compiled_timer_is_the_linear_models_sums_timer():
+    # (each compiled module keeps its own copy of the timer: numba's cache is keyed per file, so a callee in another
+    # file would leave its callers' cached code stale when it changed)
+    from infermax import state_kernel
+    from infermax.fastloop_kernel import time_of
+    from infermax.schedulers import medha_kernel
+    rng = np.random.default_rng(0)
+    for cost in (LinearCostModel(), LinearCostModel.from_json(json.dumps({"kind": "linear", "coefficients": {
+            "nonattn_lines": [[0.001, 2e-6], [0.004, 1e-7]], "decode_bias_s": 1e-4, "decode_kv_s": 3e-8,
+            "prefill_bias_s": 2e-4, "prefill_attn_s": 1e-9, "prefill_token_s": 5e-7, "request_s": 1e-5}}))):
+        lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = cost.work_coefficients()
+        la, lb = np.array([a for a, _ in lines]), np.array([b for _, b in lines])
+        co = np.array([d_bias, d_kv, p_bias, p_attn, p_tok, req])
+        fc = np.zeros(9)
+        fc[[medha_kernel.F_D_BIAS, medha_kernel.F_D_KV, medha_kernel.F_P_BIAS, medha_kernel.F_P_ATTN,
+            medha_kernel.F_P_TOK, medha_kernel.F_REQ]] = co
+        sc_co = np.zeros(6)
+        sc_co[[state_kernel.C_D_BIAS, state_kernel.C_D_KV, state_kernel.C_P_BIAS, state_kernel.C_P_ATTN,
+               state_kernel.C_P_TOK, state_kernel.C_REQ]] = co
+        for _ in range(300):
+            n = int(rng.integers(1, 600))
+            ndec = int(rng.integers(0, n + 1))
+            pf = int(rng.integers(0, 5000)) if ndec < n else 0
+            tokens, dkv = ndec + pf, int(rng.integers(0, 10**7)) if ndec else 0
+            work2 = int(rng.integers(0, 10**12)) if pf else 0
+            want = cost._time_of_work(n, tokens, ndec, dkv, work2, pf)
+            assert time_of(la, lb, co, n, tokens, ndec, dkv, work2, pf) == want
+            assert state_kernel._time(la, lb, sc_co, n, tokens, ndec, dkv, work2, pf) == want
+            assert medha_kernel._time(la, lb, fc, n, tokens, ndec, dkv, work2, pf) == want
