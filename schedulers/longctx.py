@@ -27,28 +27,37 @@ LONG_THRESHOLD_TOKENS = 32_768
 class BatchDraft:
     """The batch under construction and its remaining budgets."""
 
-    def __init__(self, state: ServingState, R_max: int, running: np.ndarray | None = None,
-                 timer: "Callable[[int, int, int, int, int, int], float] | None" = None) -> None:
-        """``running``: the running requests, when the caller has them (:func:`phases`); ``timer``: the cost
-        model's batch time from sums (:func:`work_timer`), for a caller that probes (:meth:`time_with`)."""
+    #: the cost model's batch time from sums (:class:`SumsDraft`); None: priced on the draft's arrays
+    _timer: "Callable[[int, int, int, int, int, int], float] | None" = None
+
+    def __init__(self, state: ServingState, R_max: int, running: np.ndarray | None = None) -> None:
+        """``running``: the running requests, when the caller has them (:func:`phases`)."""
+        self._init_budgets(state, R_max, running)
+        self.idx: list[int] = []
+        self.tok: list[int] = []
+        self.kv: list[int] = []
+        self.dec: list[bool] = []
+        self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
+
+    def _init_budgets(self, state: ServingState, R_max: int, running: np.ndarray | None) -> None:
+        """The budgets of an empty draft: KV blocks less the running requests' peaks, running slots, C and P."""
         lim = state.limits
         self.state = state
         if running is None:
             act = state.active
             running = act[state.status[act] == RUNNING]
         self.peak = peak = state.peak_kv_blocks                 # I + O - 1, in blocks
-        self.mem = lim.num_blocks - int(peak[running].sum())
+        self.mem = lim.num_blocks - int(_sum(peak[running]))
         self.run = R_max - running.size
         self.C, self.P = lim.C, lim.P
-        self.idx: list[int] = []
-        self.tok: list[int] = []
-        self.kv: list[int] = []
-        self.dec: list[bool] = []
-        self._probe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None    # the draft + one slot, as arrays
-        # the draft's sums, when the cost model prices a batch from them (LinearCostModel.work_timer): requests,
-        # tokens, decodes, the decodes' Σ (m + 1), the chunks' Σ c (2 m + c + 1) and Σ c
-        self._timer = timer
-        self._sums = [0, 0, 0, 0, 0, 0]
+
+    def _take(self, x: int, chunk: int) -> None:
+        """The budgets after ``x`` joins with a prefill chunk of ``chunk`` tokens (a waiting ``x`` takes its peak)."""
+        if self.state.status[x] == WAITING:
+            self.mem -= int(self.peak[x])
+            self.run -= 1
+        self.C -= chunk
+        self.P -= chunk
 
     def add_decodes(self, idx: np.ndarray) -> None:
         idx = idx[: self.C]
@@ -58,12 +67,6 @@ class BatchDraft:
         self.dec += [True] * idx.size
         self.C -= int(idx.size)
         self._probe = None
-        if self._timer is not None and idx.size:
-            k, s = int(idx.size), self._sums
-            s[0] += k
-            s[1] += k
-            s[2] += k
-            s[3] += int(self.state.m[idx].sum()) + k
 
     def time_with(self, x: int, chunk: int) -> float:
         """Predicted batch time if request ``x`` joins with ``chunk`` prefill tokens.
@@ -71,14 +74,8 @@ class BatchDraft:
         The draft's arrays are built once and kept, with one more slot for the probe, until the draft
         changes: a bisection (:meth:`largest_chunk`) probes a dozen chunks of one request, and converting
         hundreds of decodes from lists at each probe was Medha's hot path. Same arrays, same result.
-        With a cost model that prices a batch from its sums (:func:`work_timer`), from the draft's sums and the
-        probe's: the same floats, without arrays."""
+        (:class:`SumsDraft`: from the draft's sums and the probe's.)"""
         st = self.state
-        if self._timer is not None:
-            n, tokens, num_decode, decode_kv, work2, prefill = self._sums
-            m = int(st.m[x])
-            return self._timer(n + 1, tokens + chunk, num_decode, decode_kv, work2 + chunk * (2 * m + chunk + 1),
-                               prefill + chunk)
         if self._probe is None:
             self._probe = (np.array(self.tok + [0]), np.array(self.kv + [0]), np.array(self.dec + [False]))
         tok, kv, dec = self._probe
@@ -129,23 +126,12 @@ class BatchDraft:
         return min(limit, max(lo, min_chunk))
 
     def add_prefill(self, x: int, chunk: int) -> None:
-        st = self.state
-        if st.status[x] == WAITING:
-            self.mem -= int(self.peak[x])
-            self.run -= 1
+        self._take(x, chunk)
         self.idx.append(x)
         self.tok.append(chunk)
-        self.kv.append(int(st.m[x]))
+        self.kv.append(int(self.state.m[x]))
         self.dec.append(False)
-        self.C -= chunk
-        self.P -= chunk
         self._probe = None
-        if self._timer is not None:
-            m, s = int(st.m[x]), self._sums
-            s[0] += 1
-            s[1] += chunk
-            s[4] += chunk * (2 * m + chunk + 1)
-            s[5] += chunk
 
     @property
     def size(self) -> int:
@@ -168,15 +154,11 @@ class SumsDraft(BatchDraft):
     requests, order and tokens), and every probe the same float. ``INFERMAX_PURE=1`` selects
     :class:`BatchDraft` (no timer), the reference that tests/test_medha_speed.py compares this with."""
 
-    def __init__(self, state: ServingState, R_max: int, running: np.ndarray,
+    def __init__(self, state: ServingState, R_max: int, running: np.ndarray | None,
                  timer: "Callable[[int, int, int, int, int, int], float]") -> None:
-        lim = state.limits
-        self.state = state
-        self.peak = peak = state.peak_kv_blocks
-        self.mem = lim.num_blocks - int(_sum(peak[running]))
-        self.run = R_max - running.size
-        self.C, self.P = lim.C, lim.P
+        self._init_budgets(state, R_max, running)
         self._timer = timer
+        # requests, tokens, decodes, the decodes' Σ (m + 1), the chunks' Σ c (2 m + c + 1) and Σ c
         self._sums = [0, 0, 0, 0, 0, 0]
         self._dec = _NO_IDX
         self._pf_idx: list[int] = []
@@ -206,15 +188,10 @@ class SumsDraft(BatchDraft):
                            prefill + chunk)
 
     def add_prefill(self, x: int, chunk: int) -> None:
-        st = self.state
-        if st.status[x] == WAITING:
-            self.mem -= int(self.peak[x])
-            self.run -= 1
+        self._take(x, chunk)
         self._pf_idx.append(x)
         self._pf_tok.append(chunk)
-        self.C -= chunk
-        self.P -= chunk
-        m, s = int(st.m[x]), self._sums
+        m, s = int(self.state.m[x]), self._sums
         s[0] += 1
         s[1] += chunk
         s[4] += chunk * (2 * m + chunk + 1)

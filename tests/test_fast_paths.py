@@ -391,12 +391,12 @@ def test_medha_priced_from_sums_is_medha_priced_from_arrays(seed, n, name, model
 def test_the_chunk_search_from_the_solved_bound_is_the_bisection(model, data, n, target, limit, min_chunk):
     """The largest chunk within the target, searched from sums and the solved bound, is the plain bisection's
     over the draft's arrays (no timer), for random drafts of decodes and chunks and a probed request."""
-    from infermax.schedulers.longctx import BatchDraft
+    from infermax.schedulers.longctx import BatchDraft, SumsDraft
     cost = _linear_models()[model]
     ins = data.draw(st.lists(st.integers(2, 60_000), min_size=n + 1, max_size=n + 1))
     state = ServingState(make_workload([(i, 8) for i in ins]), Limits(M=10**7, C=10**7), cost)
     state.m[:] = [data.draw(st.integers(0, i - 1)) for i in ins]
-    drafts = [BatchDraft(state, 10**6, timer=cost.work_timer()), BatchDraft(state, 10**6)]
+    drafts = [SumsDraft(state, 10**6, None, cost.work_timer()), BatchDraft(state, 10**6)]
     decodes = np.array([k for k in range(n) if data.draw(st.booleans())], dtype=np.int64)
     chunks = [(k, data.draw(st.integers(1, 4096))) for k in range(n) if k not in decodes.tolist()]
     for d in drafts:
