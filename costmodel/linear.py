@@ -260,8 +260,10 @@ class LinearCostModel(CostModel):
     def work_coefficients(self) -> "tuple | None":
         """The numbers :meth:`work_timer` prices a batch with, ``(lines, decode_bias_s, decode_kv_s,
         prefill_bias_s, prefill_attn_s, prefill_token_s, request_s)`` (``lines``: the (a, b) of each non-attention
-        line), for a compiled twin of it (:mod:`infermax.fastloop`); None when :meth:`work_timer` is."""
-        return self._k if self.work_timer() is not None else None
+        line), for a compiled twin of it (:mod:`infermax.compiled`); None when :meth:`work_timer` is, or when a
+        subclass prices the sums otherwise."""
+        own = type(self)._time_of_work is LinearCostModel._time_of_work
+        return self._k if own and self.work_timer() is not None and self._k[0] else None
 
     def chunk_bound(self, sums: "tuple[int, int, int, int, int, int]", m: int, target_s: float) -> float | None:
         """The chunk ``c`` (a real number) at which the batch of ``sums`` (:meth:`work_timer`'s arguments) plus a

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import fastloop_layout as L
-from .compiled import wanted
+from .compiled import timer_arrays, wanted
 from .fastloop_layout import EVICTED_NONE, FINISHED, STUCK, LoopSpec
 from .schedule import Batch
 
@@ -33,8 +33,7 @@ def spec_for(state: Any, sched: Any, compiled: bool | None) -> LoopSpec | None:
     :func:`infermax.compiled.wanted` reads them, by the run's output tokens), else None: then the simulator runs
     the pure path."""
     loop_spec = getattr(sched, "loop_spec", None)
-    coef = getattr(state.cost, "work_coefficients", None)
-    if loop_spec is None or coef is None or coef() is None or not coef()[0]:
+    if loop_spec is None or timer_arrays(state.cost) is None:
         return None
     if (state._dispatched or state.external_kv or state.hands_off or state.serves is not None
             or state.horizon_s is not None or state.num_batches or state._received):
@@ -82,12 +81,9 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
     buf = _Buffers(n, spec, chunk_batches)
     cfg = np.array([spec.prefill_first, spec.hybrid, spec.chunked, spec.C, spec.P, spec.R, spec.blocks,
                     spec.watermark, spec.block_size, lim.C, lim.P, lim.M, lim.max_running, lim.num_blocks,
-                    _shift(spec.block_size)],
+                    state._shift if state._mask else 0],
                    dtype=np.int64)
-    lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = state.cost.work_coefficients()
-    la = np.array([float(a) for a, _ in lines])
-    lb = np.array([float(b) for _, b in lines])
-    co = np.array([d_bias, d_kv, p_bias, p_attn, p_tok, req], dtype=np.float64)
+    la, lb, co = timer_arrays(state.cost)
     sc = np.zeros(L.NUM_SC, dtype=np.int64)
     sc[[L.KV, L.BLK_USED, L.NRUN, L.NDONE, L.NB, L.NEXT, L.NQ, L.PF_LEFT, L.DEC_LEFT, L.VERSION]] = (
         state.kv_used, state.blocks_used, state.num_running, state.num_done, state.num_batches,
@@ -114,11 +110,6 @@ def run(state: Any, spec: LoopSpec, out: Any, recorder: Any, ids: np.ndarray,
         raise RuntimeError(f"the compiled loop planned batch {int(sc[L.ERR_BATCH])} breaking rule "
                            f"{L.BROKEN[code]}; simulate(..., compiled=False) runs the reference path")
     return code
-
-
-def _shift(b: int) -> int:
-    """log2 of a power-of-two block size > 1, else 0 (the loop divides)."""
-    return b.bit_length() - 1 if b > 1 and not b & (b - 1) else 0
 
 
 def _emit(buf: _Buffers, sc: np.ndarray, ids: np.ndarray, out: Any, recorder: Any) -> None:

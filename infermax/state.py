@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from .compiled import wanted
+from .compiled import timer_arrays, wanted
 from .costmodel import CostModel
 from .replica_inbox import ReplicaInbox
 from .state_rules import JudgeRules, ScheduleError, _count_nonzero  # noqa: F401  (re-exported: the schedulers use it)
@@ -273,23 +273,18 @@ def _compiled_apply(state: "ServingState", cost: CostModel, dispatched: bool) ->
         return None
     if state._block > 1 and not state._mask:
         return None
-    from .costmodel import LinearCostModel
-    if (not isinstance(cost, LinearCostModel)
-            or getattr(state._timer, "__func__", None) is not LinearCostModel._time_of_work):
+    arrays = timer_arrays(cost)
+    if arrays is None:
         return None
     if not wanted(state.compiled, int(state.input_lens.sum()) + int(state.output_lens.sum()), MIN_COMPILED_TOKENS):
         return None
     from . import state_kernel as K
-    lines, d_bias, d_kv, p_bias, p_attn, p_tok, req = cost._k
     sc = K.make_scalars()
     lim = state.limits
     sc[[K.S_C, K.S_P, K.S_M, K.S_NUM_BLOCKS, K.S_MAX_RUN, K.S_MASK, K.S_SHIFT, K.S_WAITING, K.S_RUNNING,
         K.S_DONE_CODE]] = (lim.C, lim.P, lim.M, lim.num_blocks, lim.max_running, state._mask,
                            state._shift if state._mask else 0, WAITING, RUNNING, DONE)
-    la = np.array([float(a) for a, _ in lines])
-    lb = np.array([float(b) for _, b in lines])
-    co = np.array([d_bias, d_kv, p_bias, p_attn, p_tok, req], dtype=np.float64)
-    return _CompiledSteps(K.apply_batch, sc, np.zeros(2), la, lb, co)
+    return _CompiledSteps(K.apply_batch, sc, np.zeros(2), *arrays)
 
 
 class _CompiledSteps:
