@@ -19,9 +19,9 @@ from .status import DONE, FUTURE, RUNNING, WAITING
 # the is_decode of a batch of one request, read-only (Transitions._apply_one)
 _ONE_DECODE, _ONE_PREFILL = np.ones(1, dtype=bool), np.zeros(1, dtype=bool)
 _ONE_DECODE.setflags(write=False)
+_ONE_PREFILL.setflags(write=False)
 #: a batch with up to this many (re)fills among its decodes is settled in Python ints (more: array operations)
 _FEW_FILLS = 4
-_ONE_PREFILL.setflags(write=False)
 
 
 class BatchRecord(NamedTuple):
